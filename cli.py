@@ -30,7 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeplan import log
-from pipeplan.calls import one_call
+from pipeplan.calls import dropped_stops_redelivered, one_call
 from pipeplan.errors import (
     SHOWN,
     BadArgumentError,
@@ -906,31 +906,15 @@ def _check_help(args: list[str]) -> None:
         )
 
 
-def _redeliver_dropped(unraisable: object) -> None:
-    """Python drops an exception raised inside a __del__ or a weakref callback ("Exception
-    ignored in ..."), so a signal whose handler ran there left the command running (a
-    1000-repeat profile went on after SIGHUP): the dropped stop is delivered again, silently.
-    Another dropped exception is one warning line (`exits.ignored_line`)."""
-    exc = unraisable.exc_value
-    if not isinstance(exc, (Interrupted, Stopped)):
-        # Any other one is one warning line (Python's report is a traceback), or the report
-        # itself under --debug.
-        if _debug["on"]:
-            sys.__unraisablehook__(unraisable)
-        else:
-            logging.getLogger("pipeplan.cli").warning("%s", ignored_line(unraisable))
-        return
-    signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
-    # From another thread, once this hook has returned: called here, the handler would run at
-    # once, inside the hook, and be dropped again (threading.Thread.start would wait for it).
-    _thread.start_new_thread(_deliver_soon, (signum,))
-
-
-def _deliver_soon(signum: int) -> None:
-    time.sleep(0.05)
-    # A real signal, to the main thread: it also ends a blocking call there (a sleep, a wait),
-    # which _thread.interrupt_main would not.
-    signal.pthread_kill(threading.main_thread().ident, signum)
+def _said_ignored(unraisable: object) -> None:
+    """An exception Python dropped (raised in a __del__ or a weakref callback: "Exception
+    ignored in ..." and a traceback) that is no stop: one warning line (`exits.ignored_line`),
+    or Python's report itself under --debug. A dropped stop is delivered again
+    (`calls.dropped_stops_redelivered`)."""
+    if _debug["on"]:
+        sys.__unraisablehook__(unraisable)
+    else:
+        logging.getLogger("pipeplan.cli").warning("%s", ignored_line(unraisable))
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -1026,24 +1010,26 @@ def main(argv: list[str] | None = None) -> int:
     args = _hoist_debug(given)
     handlers = {signal.SIGINT: _interrupt, **dict.fromkeys(STOP_SIGNALS, _stop)}
     previous = _install({signum: handlers[signum] for signum in set(handlers) - set(ignored())})
-    sys.unraisablehook = _redeliver_dropped
     log.threads_held()
     try:
-        _check_repeats(given)  # before hoisting, which folds `--debug --debug` into one
-        _check_switch_values(args, _switches(command))  # before `--debug=` is "empty"
-        _check_empty(args)
-        _check_printable(args)
-        _check_spaces(args)
-        _check_version(args)
-        _check_help(args)
-        _check_working_directory()
-        _check_address_space()
-        check_openmp_environment()
-        log.bound_console_size()
-        # One call at a time in the process, as the API's (a data function's `pipeplan.run`
-        # under `pipeplan run` trained a whole inner run: the sixtieth round).
-        with one_call(f"the command `pipeplan {next(iter(args), '')}`"):
-            result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
+        # A stop whose handler ran in a finalizer, where Python drops what it raises, is
+        # delivered again; any other exception dropped there is one warning line.
+        with dropped_stops_redelivered(Interrupted, _said_ignored):
+            _check_repeats(given)  # before hoisting, which folds `--debug --debug` into one
+            _check_switch_values(args, _switches(command))  # before `--debug=` is "empty"
+            _check_empty(args)
+            _check_printable(args)
+            _check_spaces(args)
+            _check_version(args)
+            _check_help(args)
+            _check_working_directory()
+            _check_address_space()
+            check_openmp_environment()
+            log.bound_console_size()
+            # One call at a time in the process, as the API's (a data function's
+            # `pipeplan.run` under `pipeplan run` trained a whole inner run: the sixtieth round).
+            with one_call(f"the command `pipeplan {next(iter(args), '')}`"):
+                result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         code = result if isinstance(result, int) else 0
         if code == 0:  # what the data code's threads wrote, once the command succeeded
             for line in log.thread_lines():
@@ -1087,7 +1073,6 @@ def main(argv: list[str] | None = None) -> int:
             _install({**(previous or {}), signal.SIGINT: signal.SIG_IGN})
         elif previous is not None:
             _install(previous)
-        sys.unraisablehook = sys.__unraisablehook__
         log.thread_lines()  # after a failure, nothing: its error line stays the last
 
 

@@ -53,6 +53,7 @@ from pipeplan.errors import (
     quoted,
 )
 from pipeplan.fileio import (
+    EXPORT_FOLDER,
     TEMPORARY_PART,
     stops_deferred,
     stops_raised,
@@ -61,7 +62,6 @@ from pipeplan.fileio import (
 )
 from pipeplan.formats import CheckpointManifest, Layout, RunConfig, dumps, load
 from pipeplan.formats.base import open_input, read_input
-from pipeplan.models import EXPORT_FOLDER
 
 log = logging.getLogger("pipeplan.checkpoint")
 T = TypeVar("T")
@@ -237,7 +237,7 @@ def prune(root: Path, keep: int = KEEP) -> None:
 
 # What a rank writes before it renames it, by folder of the run ("." the run directory): a
 # checkpoint's `.tmp-step-N/` (beside the `step-N/` it becomes), the model's folder as
-# `models.export` writes it (`EXPORT_FOLDER`, for `model/`; `.tmp-model-PID/` before); and
+# `models.export` writes it (`fileio.EXPORT_FOLDER`, for `model/`; `.tmp-model-PID/` before); and
 # the files `write_atomic` stages beside the run's own (`.latest.[OWNER-]RANDOM8.tmp`,
 # `.run.json.[OWNER-]RANDOM8.tmp`, …) with the probe it writes first.
 PARTIAL = ".tmp-"

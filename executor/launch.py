@@ -257,7 +257,7 @@ from executor.task import (
 from executor.topology import host_group
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
-from pipeplan.calls import held_for_life
+from pipeplan.calls import dropped_stops_redelivered, held_for_life
 from pipeplan.cluster import HostRanks, format_bytes
 from pipeplan.costmodel import check_priced_clusters
 from pipeplan.errors import (
@@ -1105,7 +1105,10 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if not ours:  # torchrun's rank: no launcher of ours tells how it ended
             stops_reported(rank)
-        with exits_raised():  # an `os._exit(0)` in data code is this rank's failure, named
+        # A Ctrl-C or stop whose handler ran in a finalizer (a data set's `__del__`), where
+        # Python drops what it raises, is delivered again: it trained on, exit 0 (the
+        # sixty-second round). An `os._exit(0)` in data code is this rank's failure, named.
+        with dropped_stops_redelivered(faults.SignalInterrupt), exits_raised():
             train_rank(Path(args.run_dir), args.resume, console)
     except BaseException as caught:  # every failure is reported, then the rank exits
         exc = named_silent(caught)  # a collective's timeout names the peer that fell silent

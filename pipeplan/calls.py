@@ -13,12 +13,13 @@ run's rank (the sixty-first: a rank holds the call for its life, `held_for_life`
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -70,8 +71,10 @@ def stops_raised_in_call() -> Iterator[None]:
     stopped by SIGTERM`), so the call undoes what it made as a stopped command does. The
     handlers before the call (your own, or the default) are back as it ends, however it ends;
     during it pipeplan's stand in for yours, and a signal set to SIG_IGN stays ignored. Ctrl-C
-    keeps Python's own handler (KeyboardInterrupt, raised as `Interrupted`). Off the main
-    thread (no handlers can be set there) a no-op.
+    keeps Python's own handler (KeyboardInterrupt, raised as `Interrupted`). A stop, Ctrl-C's
+    too, whose handler ran in a finalizer (where Python drops what it raises) is delivered
+    again (`dropped_stops_redelivered`). Off the main thread (no handlers can be set there) a
+    no-op.
 
         with stops_raised_in_call():
             start_run(...)   # kill -TERM: Stopped(SIGTERM), the run directory undone
@@ -102,7 +105,8 @@ def stops_raised_in_call() -> Iterator[None]:
         if previous != signal.SIG_IGN:
             signal.signal(signum, stop)
     try:
-        yield
+        with dropped_stops_redelivered():  # inside: pipeplan's handlers take one raised at its end
+            yield
     finally:
         # Held while they are put back (one landing midway left the rest pipeplan's); one
         # that came meanwhile is then the restored handler's.
@@ -131,6 +135,62 @@ def _after_imports(held: dict[str, Any]) -> None:
 
 # Seconds an import may hold a stop back (as the command's, `cli.IMPORT_GRACE_S`).
 IMPORT_GRACE_S = 5.0
+
+
+@contextmanager
+def dropped_stops_redelivered(
+    interrupt: type[BaseException] = KeyboardInterrupt,
+    others: Callable[[Any], None] | None = None,
+) -> Iterator[None]:
+    """Python drops an exception raised inside a `__del__` or a weakref callback ("Exception
+    ignored in ..."), so a stop whose handler ran there (Stopped, or Ctrl-C's `interrupt`) left
+    the work running: a 1000-repeat profile went on after SIGHUP; an API call (the sixty-second
+    round) and a run's rank (SIGINT: `faults.SignalInterrupt`) trained to the end, exit 0. For
+    the block's duration (`sys.unraisablehook`) such a stop is delivered to the main thread
+    again, silently, once the finalizer is done; one still waiting as the block ends is raised
+    there. Any other dropped exception goes to `others` (the hook before the block where None),
+    and that hook is back as the block ends. Off the main thread (no handler runs there) a no-op.
+    The command's (`cli.main`), an API call's (`stops_raised_in_call`) and a rank's
+    (`executor.launch.main`).
+
+        with dropped_stops_redelivered(Interrupted, warn):
+            ...   # kill -TERM as a __del__ runs: Stopped(SIGTERM), raised after it
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = sys.unraisablehook
+    pending: list[int] = []  # the dropped stops not delivered again yet
+    lock = threading.Lock()
+
+    def hook(unraisable: Any) -> None:
+        exc = unraisable.exc_value
+        if not isinstance(exc, (interrupt, Stopped)):
+            (others or before)(unraisable)
+            return
+        pending.append(exc.signum if isinstance(exc, Stopped) else signal.SIGINT)
+        # From another thread, once this hook has returned: sent here, the handler would run
+        # at once, inside the finalizer still, and be dropped again.
+        _thread.start_new_thread(_deliver_soon, (pending, lock))
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = before
+        with lock:
+            signum = pending.pop() if pending else None
+        if signum is not None:  # the block's end: its handler raises it here
+            signal.raise_signal(signum)
+
+
+def _deliver_soon(pending: list[int], lock: threading.Lock) -> None:
+    time.sleep(0.05)
+    with lock:  # one the block's end has taken is not sent twice
+        if pending:
+            # A real signal, to the main thread: it also ends a blocking call there (a sleep,
+            # a wait), which _thread.interrupt_main would not.
+            signal.pthread_kill(threading.main_thread().ident, pending.pop())
 
 
 def _forked() -> None:

@@ -644,6 +644,47 @@ def _remove_left_temporaries(folder: HeldFolder) -> None:
                 os.unlink(entry, dir_fd=folder.fd)
 
 
+# An export's folder as it is written (`models.export`; its pid alone where there is no
+# /proc), and the file in it that says so.
+EXPORT_FOLDER = re.compile(rf"\.pipeplan-export-({OWNER_TAG}|[0-9]{{1,10}})-[0-9a-f]{{8}}")
+EXPORT_MARK = ".pipeplan-export-incomplete"
+
+
+def remove_dead_exports(folder: HeldFolder) -> None:
+    """The folders of exports into `folder` whose process is gone (`owner_gone`): one killed
+    outright (SIGKILL, the OOM killer) left its half-written copy of the model, as large as
+    the model, and every later export beside it (the fifty-seventh round). Only a folder
+    named as `models.export` names its own and holding its mark: a user's folder that looked
+    like one (`.tmp-NAME-PID`) went, contents and all (the fifty-eighth round); a live
+    process's, another host's or another container's is never judged. Also as a command
+    claims or reads a run directory (`_run_exports_removed`)."""
+    try:
+        entries = os.listdir(folder.fd)
+    except OSError:
+        return
+    for entry in entries:
+        named = EXPORT_FOLDER.fullmatch(entry)
+        if named is None or not owner_gone(named[1]):
+            continue
+        try:
+            mark = os.stat(f"{entry}/{EXPORT_MARK}", dir_fd=folder.fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(mark.st_mode):
+            shutil.rmtree(folder.entry(entry), ignore_errors=True)
+
+
+def _run_exports_removed(directory: Path) -> None:
+    """The run's own model exports (`model/` as written) whose writer is gone, removed from
+    `directory` as a command claims (`claim_directory`) or reads (`reading_run`) it: `pipeplan
+    run` killed outright (SIGKILL) as its ranks exported the model left its
+    `.pipeplan-export-…/` in a run that had finished its epochs, which no resume removed (it
+    is refused) and export, report and calibrate left for good (the sixty-second round).
+    Never raises."""
+    with suppress(OSError, OutputError), held_folder(directory) as folder:
+        remove_dead_exports(folder)
+
+
 def _new_file(folder: HeldFolder, prefix: str, suffix: str) -> tuple[int, str]:
     """A new file (0600) in the held `folder` named `prefix` + 8 random characters +
     `suffix`, as tempfile.mkstemp makes one in a folder named by path: (its descriptor, its
@@ -1040,6 +1081,7 @@ def claim_directory(directory: str | Path) -> Path:
     _HELD_AS[Path(os.path.abspath(directory))] = (key, identity(directory))
     if folder is not None:
         _FOLDER_HELD[key] = folder
+    _run_exports_removed(directory)  # a killed run's, however this command ends
     return directory
 
 
@@ -1365,6 +1407,7 @@ def reading_run(directory: str | Path) -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise in_use from None
+        _run_exports_removed(directory)  # a killed run's (a finished run has no resume)
         yield
     finally:
         for held in (fd, folder):  # drops the shared locks

@@ -33,10 +33,8 @@ import logging
 import math
 import os
 import pickle
-import re
 import secrets
 import shutil
-import stat
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -60,12 +58,13 @@ from pipeplan.errors import (
     tempdir_failure,
 )
 from pipeplan.fileio import (
-    HeldFolder,
+    EXPORT_MARK,
     check_outside_runs,
     give_output_modes,
     held_folder,
     new_directories,
     not_a_new_directory,
+    remove_dead_exports,
     write_failure,
 )
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
@@ -107,7 +106,7 @@ from pipeplan.formats.modelconfig import (
     type_problem,
 )
 from pipeplan.formats.presets import PRESETS, config_path, shadowed_folder
-from pipeplan.spawn import OWNER_TAG, owner_gone, owner_tag
+from pipeplan.spawn import owner_tag
 
 log = logging.getLogger("pipeplan.models")
 
@@ -726,9 +725,9 @@ def export(
     with made, held_folder(out.parent, check, out) as folder:  # made: go again if not written
         tmp = folder.entry(name)
         try:
-            _remove_orphans(folder)
+            remove_dead_exports(folder)
             os.mkdir(name, dir_fd=folder.fd)
-            (tmp / EXPORT_MARK).touch()  # what `_remove_orphans` takes for an export's
+            (tmp / EXPORT_MARK).touch()  # what `remove_dead_exports` takes for an export's
             with quiet_transformers():
                 seq.hf_model.save_pretrained(tmp)
                 if tokenizer is not None:  # beside the weights: pipeline(model=out) reads it
@@ -757,35 +756,6 @@ def export(
                 raise
             raise OutputError(f"{out}: write failed ({reason})") from None
     return out
-
-
-# An export's folder as it is written (`export`; its pid alone where there is no /proc), and
-# the file in it that says so.
-EXPORT_FOLDER = re.compile(rf"\.pipeplan-export-({OWNER_TAG}|[0-9]{{1,10}})-[0-9a-f]{{8}}")
-EXPORT_MARK = ".pipeplan-export-incomplete"
-
-
-def _remove_orphans(folder: HeldFolder) -> None:
-    """The folders of exports into `folder` whose process is gone (`owner_gone`): one killed
-    outright (SIGKILL, the OOM killer) left its half-written copy of the model, as large as
-    the model, and every later export beside it (the fifty-seventh round). Only a folder
-    named as `export` names its own and holding its mark: a user's folder that looked like
-    one (`.tmp-NAME-PID`) went, contents and all (the fifty-eighth round); a live process's,
-    another host's or another container's is never judged."""
-    try:
-        entries = os.listdir(folder.fd)
-    except OSError:
-        return
-    for entry in entries:
-        named = EXPORT_FOLDER.fullmatch(entry)
-        if named is None or not owner_gone(named[1]):
-            continue
-        try:
-            mark = os.stat(f"{entry}/{EXPORT_MARK}", dir_fd=folder.fd, follow_symlinks=False)
-        except OSError:
-            continue
-        if stat.S_ISREG(mark.st_mode):
-            shutil.rmtree(folder.entry(entry), ignore_errors=True)
 
 
 def _drop_ids_outside_vocabulary(folder: Path) -> None:

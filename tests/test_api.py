@@ -623,6 +623,59 @@ def test_a_stop_signal_as_a_call_imports_is_raised_once_the_import_is_done(tmp_p
     }
 
 
+@pytest.mark.parametrize("name, finalizer", [("TERM", "__del__"), ("INT", "weakref.finalize")])
+def test_a_stop_that_lands_in_a_finalizer_still_stops_the_call(
+    tmp_path, monkeypatch, name, finalizer
+):
+    """Found by the sixty-second round: a SIGTERM (raised as `Stopped`) or Ctrl-C that landed
+    as Python ran a finalizer (a data set's `__del__`, a `weakref.finalize` callback) was
+    dropped there ("Exception ignored in …", pipeplan's traceback blamed on the data), and
+    the call ran to its end and returned. The stop is delivered again once the finalizer is
+    done, as the command line's (`calls.dropped_stops_redelivered`): the call raises it,
+    nothing written; the program's own `sys.unraisablehook` takes any other exception
+    dropped meanwhile, and is back after the call."""
+    import signal
+    import time
+    import weakref
+
+    from pipeplan.errors import Interrupted, Stopped
+
+    signum = getattr(signal, f"SIG{name}")
+    handler = signal.getsignal(signum)
+    dropped = []
+    mine = dropped.append  # the program's own hook
+    monkeypatch.setattr(sys, "unraisablehook", mine)
+
+    def boom():
+        raise ValueError("boom in a finalizer")
+
+    def stop():
+        os.kill(os.getpid(), signum)
+        for _ in range(10**6):  # the handler runs here, inside the finalizer
+            pass
+
+    class Collected:
+        pass
+
+    def planned(*args, **kwargs):  # the user's objects collected as the call works
+        for call in (boom, stop):
+            if finalizer == "__del__":
+                type("Collected", (), {"__del__": lambda self, call=call: call()})()
+            else:
+                weakref.finalize(Collected(), call)
+        time.sleep(3)  # where the call went on
+        raise AssertionError("not stopped")
+
+    monkeypatch.setattr("pipeplan.plan.make_plan", planned)
+    start = time.monotonic()
+    with pytest.raises(Stopped if name == "TERM" else Interrupted):
+        pipeplan.plan(profile=PROFILE, out=tmp_path / "plan.json", **SHAPE)
+    assert time.monotonic() - start < 3
+    assert [str(u.exc_value) for u in dropped] == ["boom in a finalizer"]
+    assert sys.unraisablehook == mine and signal.getsignal(signum) is handler
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_data_module_edited_between_calls_is_imported_again(tmp_path, monkeypatch):
     """Found by the fifty-eighth round: the API imported a `--data module:function` module
     once a process, so a loader fixed after a failure still failed with the old error, and

@@ -1150,6 +1150,46 @@ def test_an_export_removes_what_a_killed_export_left_beside_its_folder(tmp_path)
     assert not (tmp_path / "model" / models.EXPORT_MARK).exists()
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["report", "{run}"],
+        ["export", "{run}", "--out", "{tmp}/out"],
+        ["run", "--resume", "{run}"],  # refused: it finished all its epochs
+    ],
+    ids=["report", "export", "resume refused"],
+)
+def test_a_command_on_a_run_removes_the_model_export_a_killed_run_left(
+    finished_run, tmp_path, capsys, command
+):
+    """Found by the sixty-second round: `pipeplan run` killed outright (SIGKILL) as its ranks
+    exported the model left `runs/NAME/.pipeplan-export-…/` (as large as the model) in a
+    run that had trained all its epochs; the resume the README named as its cleaner is
+    refused for such a run, and export, report and calibrate left it for good. Each command
+    that reads or claims the run directory removes a run's export whose writer is gone (as
+    `export` does beside its --out); a live writer's stays."""
+    import subprocess
+
+    from executor.cache import process_start
+    from pipeplan import models
+    from pipeplan.spawn import owner_tag
+
+    run = copy_run(finished_run, tmp_path)
+    sleeper = subprocess.Popen(["sleep", "30"])
+    boot, namespace, _, _ = owner_tag().split("-")
+    gone = f"{boot}-{namespace}-{sleeper.pid}-{process_start(sleeper.pid)}"
+    sleeper.kill()
+    sleeper.wait()
+    left, live = f".pipeplan-export-{gone}-0a1b2c3d", f".pipeplan-export-{owner_tag()}-0a1b2c3d"
+    for name in (left, live):
+        (run / name).mkdir()
+        (run / name / "config.json").write_text("{}")
+        (run / name / models.EXPORT_MARK).touch()
+    argv = [part.format(run=run, tmp=tmp_path) for part in command]
+    assert cli.main(argv) == (2 if "--resume" in argv else 0), capsys.readouterr().err
+    assert not (run / left).exists() and (run / live / models.EXPORT_MARK).exists()
+
+
 def test_an_export_to_a_name_near_name_max_is_written(tmp_path):
     """Found by the fifty-eighth round: `export --out` of a name of 245 to 255 bytes, which
     the file system takes, failed "write failed (File name too long)" naming no flag: the

@@ -1532,6 +1532,49 @@ def test_a_signal_that_lands_in_a_del_still_stops_the_command(name):
     assert time.monotonic() - start < 50  # not the minute's sleep
 
 
+# A torchrun rank whose training collects an object that is stopped inside its __del__: the
+# handler's exception is dropped there by Python, and the training then goes on 30 s.
+_RANK_STOPPED_IN_A_DEL = """
+import os, signal, time
+from executor import launch
+
+class Collected:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIG{name})
+        for _ in range(10**6):  # the handler runs here, inside __del__
+            pass
+
+def train(run_dir, resume, console):
+    Collected()
+    time.sleep(30)
+
+launch.train_rank = train
+launch.main([{run!r}])
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "name, code, said",
+    [
+        ("INT", 130, "pipeplan: rank 1: interrupted"),
+        ("USR1", 138, "pipeplan: rank 1: stopped by SIGUSR1"),
+    ],
+)
+def test_a_signal_that_lands_in_a_del_still_stops_a_rank(tmp_path, name, code, said):
+    """Found by the sixty-second round: a Ctrl-C to a rank (`faults.on_sigint`), or under
+    torchrun a stop it reports (SIGUSR1, …), that landed as Python ran a finalizer (a data
+    set's `__del__`) was dropped there, its traceback printed, and the rank trained on to
+    exit 0. It is delivered again, as the command line's: the rank ends with its line and
+    the signal's exit code, at once. The rank as torchrun runs it, its training replaced."""
+    start = time.monotonic()
+    done = rank_1_of_2(_RANK_STOPPED_IN_A_DEL.format(name=name, run=str(tmp_path)))
+    ours = [line for line in done.stderr.splitlines() if line.startswith("pipeplan: ")]
+    assert (done.returncode, ours) == (code, [said]), done.stderr[-3000:]
+    assert time.monotonic() - start < 30  # not the training's half minute
+    assert "Exception ignored" not in done.stderr
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("name", ["INT", "TERM"])
 def test_a_signal_that_lands_inside_an_import_stops_the_command_after_it(
