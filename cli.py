@@ -220,7 +220,7 @@ def plan(
     args = build(PlanRequest, given).resolve()
     result = make_plan(args.profile, args.cluster, **args.kwargs())
     write_atomic(out, dumps(result), user_output=True)
-    args.warn_links()  # once the work is done: no warning line before an error line
+    args.warn(result)  # once the work is done: no warning line before an error line
     # On several nodes the rank map (the placement) decides which links are used: shown.
     several_nodes = args.cluster.nodes > 1
     for p in result.phases:
@@ -256,7 +256,7 @@ def preview(
         timelines = phase_timelines(args.profile, result.plan, shown)
         written = write_preview_plots(result, timelines, plot)
         say(f"wrote {len(written)} plots to {plot}")
-    args.warn_links()  # once the work is done: no warning line before an error line
+    args.warn(result.plan)  # once the work is done: no warning line before an error line
     if as_json:
         print(dumps(result), end="")
         return

@@ -191,6 +191,8 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
             _check_token_labels(labels, inputs, data.name, split, seq, _Rows(split, rows, every))
             if isinstance(dataset, TensorPairs):  # every sample at hand
                 _check_has_targets(labels, data.name, split)
+            else:
+                _check_items_have_targets(dataset, labels, data.name, split)
             continue
         if labels.dim() != 1 and labels.shape[1:] != inputs.shape[1:]:  # (twenty-seventh round)
             raise BadArgumentError(
@@ -419,6 +421,51 @@ def _check_has_targets(labels: torch.Tensor, name: str, split: str) -> None:
             f"data '{name}': no {which} text has a next token to predict (each has fewer "
             "than 2 tokens, padding aside); a causal LM needs texts of 2 tokens or more"
         )
+
+
+# The items of a `module:function` set (read one at a time, not held whole as a text file's
+# token ids are) the data check reads at most looking for one with a next token to predict.
+# Only a set whose first and last items have none is read further: others pay nothing.
+TARGET_SCAN_ITEMS = 4096  # text's ENCODE_TEXTS: the texts a file's check tokenizes at once
+TARGET_SCAN_CHUNK = 256  # read under one hold of the user's code (`items`)
+
+
+def _check_items_have_targets(dataset: Any, labels: torch.Tensor, name: str, split: str) -> None:
+    """`_check_has_targets` of a set read an item at a time (`labels`: its first and last
+    item's): where neither has a next token to predict, the items between are read, up to
+    TARGET_SCAN_ITEMS, until one has. A set read whole without one is refused, as a text
+    file is; a longer one is warned of. Found by the sixty-second round: a module's corpus
+    of one-token texts trained a whole epoch of nothing before it was refused, and held-out
+    ones failed the run at its first evaluation.
+
+        _check_items_have_targets(ds, labels, "m:load", "train")
+        # BadArgumentError: data 'm:load': no training text has a next token to predict …
+    """
+    from pipeplan.models import IGNORE_INDEX
+
+    if labels.shape[1] == 1 or bool((labels[:, 1:] != IGNORE_INDEX).any()):
+        _check_has_targets(labels, name, split)  # --seq-len 1; else it has targets
+        return
+    count = length(dataset, name, split)
+    read = min(count - 1, TARGET_SCAN_ITEMS)
+    for start in range(1, read, TARGET_SCAN_CHUNK):
+        for _, y in items(dataset, range(start, min(start + TARGET_SCAN_CHUNK, read)), name, split):
+            if not isinstance(y, torch.Tensor) or y.dim() != 1:
+                return  # the batch checks name a label of another kind
+            if bool((y[1:] != IGNORE_INDEX).any()):
+                return
+    if read == count - 1:  # every item read
+        _check_has_targets(labels, name, split)
+    fails = "trains nothing and fails" if split == "train" else "fails at its first evaluation"
+    log.warning(
+        "data '%s': %s items 0 to %d and %d (read before training) have no next token to "
+        "predict; unless later ones have, the run %s at the end of its first epoch",
+        name,
+        split,
+        read - 1,
+        count - 1,
+        fails,
+    )
 
 
 def data_task(data: TaskData) -> str:
@@ -4808,18 +4855,39 @@ def item(dataset: Any, index: int, name: str, split: str) -> tuple[Any, Any]:
     """`dataset[index]`, an (input, label) pair, with a user's `__getitem__` error or an item
     of another kind (a dict, a triple, a number) in one line. Every item the parent reads
     is read here: held as all the user's data code is (`_contained`)."""
-    doing = f"reading {split} item {index}"
-    with _contained(name, doing), _data_directory_on_path(), reading(name, doing):
-        try:
-            value = dataset[index]
-        except Exception as exc:
-            raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from None
+    return items(dataset, [index], name, split)[0]
+
+
+def items(dataset: Any, indices: Sequence[int], name: str, split: str) -> list[tuple[Any, Any]]:
+    """`item` of each of `indices`, the user's code held once for them all: a hold
+    (`_contained`) costs 20 to 50 ms on a loaded core, an item's read may cost microseconds
+    (the data check's scan for targets, `_check_items_have_targets`).
+
+        items(train, range(1, 257), "m:load", "train")   # [(input, label), …]
+    """
+    values = []
+    doing = f"reading {split} item {indices[0]}"
+    if len(indices) > 1:
+        doing = f"reading {split} items {indices[0]} to {indices[-1]}"
+    with _contained(name, doing), _data_directory_on_path():
+        for index in indices:
+            each = f"reading {split} item {index}"
+            with reading(name, each):
+                try:
+                    value = dataset[index]
+                except Exception as exc:
+                    why = _one_line(exc)
+                    raise BadArgumentError(f"data '{name}': {each} raised {why}") from None
+                with looking_at(name, f"{split} item {index}"):
+                    refuse_awaitable_item(value, dataset, index, name, split)
+            values.append(value)
+    pairs = []
+    for index, value in zip(indices, values, strict=True):
         with looking_at(name, f"{split} item {index}"):
-            refuse_awaitable_item(value, dataset, index, name, split)
-    with looking_at(name, f"{split} item {index}"):
-        _check_pair(value, name, split, index)
-        refuse_odd_tensors(value, index, name, split)
-        return _plain(value[0]), _plain(value[1])
+            _check_pair(value, name, split, index)
+            refuse_odd_tensors(value, index, name, split)
+            pairs.append((_plain(value[0]), _plain(value[1])))
+    return pairs
 
 
 def _plain(value: Any) -> Any:

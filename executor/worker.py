@@ -840,9 +840,12 @@ class Trainer:
                 # Every rank holds every step's record: all stop here alike. A corpus that
                 # gives nothing to predict trained nothing (a module's dataset is not read
                 # whole before the run, as a text file is: `data.check_compatible`).
+                # Named by --data and its epoch counted from 1, as the failure's line around it
+                # and the held-out one are (the sixty-second round: "at the end of epoch 1:
+                # data 'lm_onetok': no training sample of epoch 0").
                 raise BadArgumentError(
-                    f"data '{self.data.name}': no training sample of epoch {epoch} has a next "
-                    f"token to predict (every label after the first position is "
+                    f"data {quoted(cfg.data)}: no training sample of epoch {epoch + 1} has a "
+                    f"next token to predict (every label after the first position is "
                     f"{models.IGNORE_INDEX}); a causal LM needs targets"
                 )
             norms = self.end_epoch(epoch, time.perf_counter() - t0, losses)

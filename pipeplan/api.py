@@ -133,7 +133,7 @@ def plan(profile: str, out: str | Path | None = None, **options: Any) -> Plan:
     result = make_plan(args.profile, args.cluster, **args.kwargs())
     if out is not None:
         write_atomic(out, dumps(result), user_output=True)
-    args.warn_links()
+    args.warn(result)
     return result
 
 
@@ -146,7 +146,7 @@ def preview(profile: str, **options: Any) -> Preview:
 
     args = _request(PlanRequest, {"profile": profile, **options}).resolve()
     result = make_preview(args.profile, args.cluster, **args.preview_kwargs())
-    args.warn_links()
+    args.warn(result.plan)
     return result
 
 

@@ -53,6 +53,7 @@ from pipeplan.formats import (
     Calibration,
     Cluster,
     FittedLink,
+    FittedShape,
     Layout,
     PhaseRecord,
     Profile,
@@ -979,6 +980,13 @@ def _calibrate(run_dirs: list[str | Path], profile: Profile, training: Training 
         allreduce=allreduce,
         optimizer_s_per_byte=optimizer,
         runs=sorted({o.run for o in observations}),
+        # What a plan of other shapes extrapolates to (plan and preview warn of it).
+        shapes=[
+            FittedShape(stages=stages, replicas=replicas)
+            for stages, replicas in sorted(
+                {(o.layout.num_stages, o.layout.replicas) for o in observations}
+            )
+        ],
         phases_used=len(observations),
         steps_used=sum(o.steps for o in observations),
         residual_median=0.0,

@@ -65,6 +65,7 @@ from pipeplan.freeze import (
 )
 
 if TYPE_CHECKING:
+    from pipeplan.formats import Plan
     from pipeplan.solver import Pins
 
 DEFAULT_ALPHA = 0.3
@@ -438,10 +439,46 @@ class PlanArgs:
     later: FreezeSchedule | None = None  # auto: the band's later case (preview only)
     links_given: str | None = None  # what gave the in-node links (`_links_given`)
 
-    def warn_links(self) -> None:
-        """`pipeplan: WARNING:` `links_warning()`, where there is one."""
-        if warning := self.links_warning():
-            logging.getLogger("pipeplan.plan").warning(warning)
+    def warn(self, plan: Plan) -> None:
+        """`pipeplan: WARNING:` `links_warning()` and `shapes_warning(plan)`, where there are
+        any: once the command's work is done (a warning before an error line is not one line).
+
+            args.warn(make_plan(args.profile, args.cluster, **args.kwargs()))
+        """
+        for warning in (self.links_warning(), self.shapes_warning(plan)):
+            if warning:
+                logging.getLogger("pipeplan.plan").warning(warning)
+
+    def shapes_warning(self, plan: Plan) -> str | None:
+        """Where the plan's phases have a (stages, replicas) shape that none of the phases a
+        calibrated profile was fitted on had (`Calibration.shapes`), one line saying which,
+        and on which shapes the fit was made; else None (no calibration, or one written
+        before it recorded its shapes). Found by the sixty-second round: a fit of 1x2 runs
+        (its all-reduce from one replica count, its per-call scales not separated) re-planned
+        1x1, which then trained slower than the 1x2 plan it replaced, and nothing said that
+        the fit had never measured such a layout."""
+        calibration = self.profile.calibration
+        if calibration is None or calibration.shapes is None:
+            return None
+        fitted = [shape.label() for shape in calibration.shapes]
+        unseen: dict[str, list[int]] = {}
+        for index, phase in enumerate(plan.phases):
+            shape = f"{phase.layout.num_stages}x{phase.layout.replicas}"
+            if shape not in fitted:
+                unseen.setdefault(shape, []).append(index)
+        if not unseen:
+            return None
+
+        def phases(indices: list[int]) -> str:
+            return f"phase{'s' * (len(indices) > 1)} {', '.join(map(str, indices))}"
+
+        chosen = "; ".join(f"{shape} in {phases(i)}" for shape, i in unseen.items())
+        return (
+            f"the calibration was fitted on layouts of (stages x replicas) "
+            f"{', '.join(fitted)} only, and the plan chooses {chosen}: priced by a fit that "
+            "never measured that shape (its all-reduce, pipeline and step overhead there); "
+            "a run of it, calibrated together with the others, measures it"
+        )
 
     def links_warning(self) -> str | None:
         """Where a calibrated profile's fitted in-node links were not priced because the user

@@ -45,6 +45,7 @@ from pipeplan.formats.base import (
     unpadded,
     whole_number,
 )
+from pipeplan.formats.run import NoDefaultData
 
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R")
@@ -416,6 +417,13 @@ def build(model: type[M], given: dict[str, Any]) -> M:
         return model(**given)
     except ValidationError as exc:
         raise BadArgumentError(one_line(model, exc)) from None
+    except NoDefaultData as exc:
+        # Sixty-second round: `run --model vit-digit` (a typo) was told to pass --data. The
+        # model is looked up first (torch only on this path): an unknown or missing one says so.
+        from pipeplan.models import weight_file
+
+        weight_file(exc.model)
+        raise
 
 
 def one_line(model: type[BaseModel], exc: ValidationError) -> str:

@@ -29,6 +29,7 @@ from pipeplan.formats import (
     Calibration,
     EpochRecord,
     FittedLink,
+    FittedShape,
     Layout,
     Link,
     PhaseRecord,
@@ -1211,7 +1212,9 @@ def test_a_calibrations_fitted_allreduce_set_to_null_is_refused(tmp_path, capsys
     preview = ["preview", "--nodes", "1", "--devices-per-node", "4", "--global-batch", "64"]
     preview += ["--samples", "2000", "--epochs", "3", "--freeze", "none", "--json"]
     assert cli.main([*preview, "--profile", str(out)]) == 0
-    assert capsys.readouterr().err == ""
+    # Only the warning that its 2x2 is no shape the runs had (the sixty-second round).
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert warning.startswith("pipeplan: WARNING: the calibration was fitted on layouts"), warning
     nulled = json.loads(out.read_text())
     nulled["calibration"]["allreduce"] = None
     deleted = json.loads(out.read_text())
@@ -1352,3 +1355,40 @@ def test_a_calibration_scale_below_what_calibrate_fits_is_refused(tmp_path, caps
     path.write_text(json.dumps(doc))
     said = f"{field} 0.0001 is below 0.001, the least compute scale `pipeplan calibrate` fits"
     refused(["preview", "--profile", str(path), "--devices-per-node", "2"], tmp_path, capsys, said)
+
+
+@pytest.mark.timeout(120)
+def test_a_plan_of_a_shape_the_calibration_never_measured_is_warned_of(tmp_path, profile, capsys):
+    """Found by the sixty-second round: a fit of 1x2 runs re-planned 1x1 (an all-reduce it
+    never measured gone, the per-call scales unseparated), which then trained slower than the
+    1x2 plan it replaced, and nothing said that the fit had never seen that shape. calibrate
+    records its phases' (stages, replicas) shapes; plan and preview warn in one line of a
+    phase of another, naming the shapes fitted. A calibration written before (no shapes)
+    loads and dumps as it did (its sha256 in run records unchanged), and warns of nothing."""
+    one_shape = [p for p in PHASES if (p.stages, p.replicas) == (1, 2)]
+    write_run(tmp_path / "run", profile, phases=one_shape)
+    c = calibrate([tmp_path / "run"], profile).calibration
+    assert [shape.label() for shape in c.shapes] == ["1x2"]
+    path, out = tmp_path / "cal.json", tmp_path / "plan.json"
+    old = profile.model_copy(update={"calibration": TRUTH})  # written before shapes were
+    path.write_text(dumps(old))
+    assert '"shapes"' not in path.read_text() and load(Profile, path).calibration.shapes is None
+    argv = ["plan", "--profile", str(path), "--nodes", "1", "--devices-per-node", "4"]
+    argv += ["--device-memory", "1GiB", "--global-batch", "64", "--samples", "2000"]
+    argv += ["--epochs", "3", "--out", str(out)]
+    assert cli.main(argv) == 0
+    assert "WARNING" not in capsys.readouterr().err
+    chosen = sorted({(p.layout.num_stages, p.layout.replicas) for p in load(Plan, out).phases})
+    shapes = [FittedShape(stages=s, replicas=r) for s, r in chosen]
+    for fitted, warned in (([FittedShape(stages=3, replicas=1)], True), (shapes, False)):
+        update = {"shapes": fitted, "phases_used": len(fitted)}
+        calibrated = profile.model_copy(update={"calibration": TRUTH.model_copy(update=update)})
+        path.write_text(dumps(calibrated))
+        for command in (argv, ["preview", *argv[1:-2], "--json"]):
+            assert cli.main(command) == 0
+            lines = [line for line in capsys.readouterr().err.splitlines() if "WARNING" in line]
+            assert len(lines) == warned, lines
+            if warned:
+                said = "pipeplan: WARNING: the calibration was fitted on layouts of (stages x "
+                assert lines[0].startswith(f"{said}replicas) 3x1 only, and the plan chooses ")
+                assert f"{chosen[0][0]}x{chosen[0][1]} in phase" in lines[0], lines[0]

@@ -4179,6 +4179,30 @@ def test_data_items_that_are_not_pairs_are_one_line(tmp_path, capsys, function, 
     refused(argv, tmp_path, capsys, f"train item 0 is {kind}, not an (input, label) pair")
 
 
+@pytest.mark.parametrize(
+    "model, fragment",
+    [
+        ("vit-digit", "unknown model 'vit-digit'; known: bert-tiny"),
+        ("bert-tyni", "unknown model 'bert-tyni'; known: bert-tiny"),
+        ("nope/", "nope/config.json: no such file"),
+        ("bert-tiny", "no default data for model 'bert-tiny'; pass --data"),
+    ],
+)
+def test_run_without_data_looks_the_model_up_first(tmp_path, capsys, monkeypatch, model, fragment):
+    """Found by the sixty-second round: `run --model vit-digit` (a typo) without --data said
+    "no default data for model 'vit-digit'; pass --data", and `--data digits` only brought up
+    the real error. Now the model is looked up first; a known one without data gets that line,
+    on the command line and in the API alike."""
+    import pipeplan
+    from pipeplan.errors import PipeplanError
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--model", model, "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    refused(argv, tmp_path, capsys, fragment)
+    with pytest.raises(PipeplanError, match=re.escape(fragment)):
+        pipeplan.run(model=model, epochs=1, runs_dir=str(tmp_path / "runs"))
+
+
 def test_no_warning_line_before_a_refusal(tmp_path, capsys):
     """Found by the fourth independent round: the replaced head's warning, then the error."""
     from text_data import bert_checkpoint, make_tokenizer, reviews, write_jsonl

@@ -60,6 +60,44 @@ def test_a_causal_lm_corpus_without_a_next_token_is_refused_before_any_rank_star
         check_compatible(TaskData("lm.jsonl", pairs, held_out, padded=True), seq)
 
 
+class _Texts(torch.utils.data.Dataset):
+    """A `module:function` set of `n` texts of 8 ids, each one token but those of `longer`."""
+
+    def __init__(self, n: int, longer: tuple[int, ...] = ()):
+        self.n, self.longer = n, longer
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.full((8,), models.PADDING, dtype=torch.int64)
+        ids[: 3 if i in self.longer else 1] = 5
+        return ids, torch.where(ids == models.PADDING, IGNORE, ids)
+
+
+def test_a_module_corpus_without_a_next_token_is_refused_at_the_data_check(monkeypatch, caplog):
+    """Found by the sixty-second round: a `module:function` corpus of one-token texts (read
+    an item at a time, its first and last item at the data check) trained a whole epoch of
+    nothing before it was refused, and held-out ones failed the run at its first
+    evaluation. Now the items between are read too, up to TARGET_SCAN_ITEMS: a set read
+    whole without a target is refused as a text file is, a longer one warned of, and one
+    text of 2 tokens anywhere in it is enough."""
+    from executor import data as D
+
+    seq = models.build("gpt2-tiny", padding_mask=True, seq_len=8)
+    good = TensorPairs(torch.full((4, 8), 5), torch.full((4, 8), 5))
+    with pytest.raises(BadArgumentError, match=r"'m:load'.*no training text has a next token"):
+        check_compatible(TaskData("m:load", _Texts(64), good, padded=True), seq)
+    with pytest.raises(BadArgumentError, match=r"'m:load'.*no held-out text has a next token"):
+        check_compatible(TaskData("m:load", good, _Texts(16), padded=True), seq)
+    texts = TaskData("m:load", _Texts(64, longer=(40,)), _Texts(16, (9,)), padded=True)
+    check_compatible(texts, seq)
+    monkeypatch.setattr(D, "TARGET_SCAN_ITEMS", 32)  # a set longer than the scan: a warning
+    with caplog.at_level(logging.WARNING, logger="pipeplan.data"):
+        check_compatible(TaskData("m:load", _Texts(64), good, padded=True), seq)
+    assert "train items 0 to 31 and 63 (read before training) have no next token" in caplog.text
+
+
 def test_a_causal_lm_read_one_token_a_text_is_blamed_on_seq_len():
     """Found by the fifty-seventh round: `--seq-len 1` on a causal LM said "no training text
     has a next token to predict (each has fewer than 2 tokens …)" of texts of 4 to 14 tokens:
@@ -2552,19 +2590,22 @@ def test_a_module_dataset_without_targets_stops_the_run_at_its_first_epoch(tmp_p
     """Found by the ninth round: a `module:function` causal-LM dataset whose labels are all
     −100 trained its epochs to exit 0 with no loss (a module's dataset is not read whole before
     the run, as a text file is). Every step's record is on every rank: at the end of an epoch
-    without a loss they all stop, naming the data."""
+    without a loss they all stop, naming the data. The sixty-second round: a set the data
+    check reads whole is refused there; one longer than its scan (TARGET_SCAN_ITEMS) is
+    warned of, then stopped here, the line naming the data by --data and its epoch from 1
+    (it said "at the end of epoch 1: data 'ignored': no training sample of epoch 0")."""
     import cli
 
     (tmp_path / "lm_data.py").write_text(
         "import torch\n"
         "class Ignored(torch.utils.data.Dataset):\n"
-        "    def __init__(self, n): self.n = n\n"
+        "    def __init__(self, n, kept=False): self.n, self.kept = n, kept\n"
         "    def __len__(self): return self.n\n"
         "    def __getitem__(self, i):\n"
         "        ids = torch.randint(1, 500, (16,), generator=torch.Generator().manual_seed(i))\n"
-        "        return ids, torch.full((16,), -100)\n"
+        "        return ids, ids.clone() if self.kept else torch.full((16,), -100)\n"
         "def ignored(seed=0):\n"
-        "    return Ignored(32), Ignored(8)\n"
+        "    return Ignored(5000), Ignored(8, kept=True)\n"
     )
     profile = tmp_path / "gpt.json"
     fast = ["--micro-batch-sizes", "1,2", "--warmup", "0", "--repeats", "1"]
@@ -2575,9 +2616,11 @@ def test_a_module_dataset_without_targets_stops_the_run_at_its_first_epoch(tmp_p
     argv += ["--data", f"{tmp_path / 'lm_data.py'}:ignored", "--profile", str(profile)]
     argv += ["--nproc", "1", "--epochs", "2", "--global-batch", "8", "--max-steps-per-epoch", "2"]
     assert cli.main([*argv, "--runs-dir", str(tmp_path / "runs"), "--name", "x"]) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
+    warning, *lines = capsys.readouterr().err.strip().splitlines()
+    assert "train items 0 to 4095 and 4999 (read before training) have no next" in warning
     assert len(lines) == 1 and lines[0].startswith("pipeplan: error: "), lines
-    assert "no training sample of epoch 0 has a next token to predict" in lines[0]
+    assert "at the end of epoch 1: data '" in lines[0], lines[0]
+    assert "lm_data.py:ignored': no training sample of epoch 1 has a next token" in lines[0]
     assert not (tmp_path / "runs" / "x" / "model").exists()  # it trained nothing to export
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_serializer, model_validator
 
 from pipeplan.errors import InputFileError, quoted, reason
 from pipeplan.formats.base import (
@@ -512,6 +512,19 @@ class FittedLink(Strict):
     bandwidth_bytes_per_s: Bandwidth
 
 
+class FittedShape(Strict):
+    """A (stages, replicas) shape of the layouts a calibration's phases ran (`1x2`): a plan of
+    another shape prices what no fitted run measured, such as an all-reduce over another
+    number of replicas, or a pipeline (`inputs.PlanArgs.shapes_warning`)."""
+
+    stages: Count
+    replicas: Count
+
+    def label(self) -> str:
+        """As a layout's label gives its shape: `FittedShape(stages=1, replicas=2)` → "1x2"."""
+        return f"{self.stages}x{self.replicas}"
+
+
 # The fastest all-reduce bandwidth `pipeplan calibrate` fits (ring terms, B/s): 10^13, over 10×
 # the fastest device link there is (NVLink 4, 9·10^11 B/s). What the runs put past it is no
 # bandwidth but noise around 0 s per byte, fitted as none (`calibrate.fit_allreduce`); a
@@ -614,6 +627,14 @@ class Calibration(Strict):
         "None: the profile's comm.group_rebuild_s, else the default.",
     )
     runs: list[Text] = Field(description="Run directories the fit used.")
+    # Added by the sixty-second round (optional, so no schema_version bump: calibrations
+    # written before it still load, and warn of nothing): a re-plan that moved a fit of 1x2
+    # runs to 1x1 trained slower, and nothing said the fit had never seen that shape.
+    shapes: list[FittedShape] | None = Field(
+        None,
+        description="The (stages, replicas) shapes of the phases fitted, each once, in order; "
+        "plan and preview warn of a phase of another. Null: not recorded (before it was).",
+    )
     phases_used: NonNegInt
     steps_used: NonNegInt
     residual_median: NonNegFloat = Field(description="Median |relative error| of fitted steps.")
@@ -623,6 +644,14 @@ class Calibration(Strict):
         description="Parameters the runs cannot identify, left at their defaults (an all-reduce "
         "link of one gradient size: the cluster's, scaled as a whole): name → why.",
     )
+
+    @model_serializer(mode="wrap")
+    def _without_unrecorded(self, handler: Any) -> dict[str, Any]:
+        """A field added since (CALIBRATION_ADDED) is written only where it is recorded: an
+        older calibration then dumps as before, so the sha256 a run's records hold of the
+        profile it priced with (`profile_sha256`) is still that profile's."""
+        data = handler(self)
+        return {k: v for k, v in data.items() if k not in CALIBRATION_ADDED or v is not None}
 
     def overhead_s(self, samples_per_replica: int) -> float:
         """A step's time outside the simulated schedule, reading a replica's batch of
@@ -684,6 +713,18 @@ class Calibration(Strict):
             raise ValueError(
                 f"runs names {quoted(twice)} twice: a calibration is fitted from distinct runs"
             )
+        if self.shapes is not None:
+            pairs = [(shape.stages, shape.replicas) for shape in self.shapes]
+            if not pairs or pairs != sorted(set(pairs)):
+                raise ValueError(
+                    f"shapes {[shape.label() for shape in self.shapes]}: calibrate lists the "
+                    "shape of each phase it fits, each once, by stages and then replicas"
+                )
+            if len(pairs) > self.phases_used:
+                raise ValueError(
+                    f"shapes lists {len(pairs)} shapes but phases_used is {self.phases_used}: "
+                    "each is the shape of a phase fitted"
+                )
         # Each phase fitted adds its steady steps: 5 phases "fitted" from 1 step (or one
         # from none) cannot have been measured.
         fewest = fewest_steps_kept() * self.phases_used
@@ -823,6 +864,11 @@ class ProfileSettings(Strict):
     seed: Seed  # the bounds of --seed, which it records
 
 
+# Calibration fields added since calibrations were first written, which older ones lack: read
+# as null there (the sixty-second round's `shapes`: unrecorded, so nothing is warned of).
+CALIBRATION_ADDED = ("shapes",)
+
+
 class Profile(Versioned):
     schema_version: Literal[1] = 1
     created_at: Timestamp
@@ -841,7 +887,7 @@ class Profile(Versioned):
         the scale pinned to it (the fiftieth round's b R4)."""
         if isinstance(value, dict):
             for name in Calibration.model_fields:
-                if name not in value:
+                if name not in value and name not in CALIBRATION_ADDED:
                     raise ValueError(
                         f"calibration.{name} is missing: calibrate writes every field; give "
                         "it back (or calibrate again)"

@@ -113,13 +113,23 @@ Init = Literal["pretrained", "random"]
 DEFAULT_DATA = {"vit-digits": "digits", "bert-synth": "synth-text"}
 
 
+class NoDefaultData(BadArgumentError):
+    """`default_data`'s refusal, with the model it was asked of: `options.build` looks the model
+    up before saying it, so that a misspelt or missing model is its own error, not `--data`'s."""
+
+    def __init__(self, message: str, model: str) -> None:
+        super().__init__(message)
+        self.model = model
+
+
 def default_data(model: str) -> str:
-    """`default_data("vit-digits")` → `"digits"`; other models need `--data`."""
+    """`default_data("vit-digits")` → `"digits"`; other models need `--data` (NoDefaultData)."""
     if model in DEFAULT_DATA:
         return DEFAULT_DATA[model]
     builtins = ", ".join(sorted(set(DEFAULT_DATA.values())))
-    raise BadArgumentError(
-        f"no default data for model {quoted(model)}; pass --data ({builtins}, or module:function)"
+    raise NoDefaultData(
+        f"no default data for model {quoted(model)}; pass --data ({builtins}, or module:function)",
+        model,
     )
 
 
