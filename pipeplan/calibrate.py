@@ -35,6 +35,7 @@ loss on relative errors is applied by reweighting.
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 from array import array
 from collections.abc import Sequence
@@ -314,10 +315,11 @@ def _phase_observation(
     f, g, n = (model.layer_times(kind, m) for kind in ("fwd", "bwd", "nograd"))
     fc, gc, nc = (model.layer_call_times(kind) for kind in ("fwd", "bwd", "nograd"))
     active = np.arange(model.num_layers) >= k
+    stage_of = {r.rank: r.stage for r in steps[0].ranks if r.stage is not None}
+    ring_s = ring_allreduce_s(steps, stage_of)
     ranks = []
-    for rank in {r.rank for r in steps[0].ranks if r.stage is not None}:
+    for rank, stage in stage_of.items():
         times = rank_columns(steps, rank)
-        stage = next(r.stage for r in steps[0].ranks if r.rank == rank)
         first, stop = layout.boundaries[stage], layout.boundaries[stage + 1]
         inside = np.zeros(model.num_layers, dtype=bool)
         inside[first:stop] = True
@@ -327,7 +329,7 @@ def _phase_observation(
             RankObservation(
                 measured_fwd_s=statistics.median(times["fwd_s"]),
                 measured_bwd_s=statistics.median(times["bwd_s"]),
-                measured_allreduce_s=statistics.median(times["allreduce_s"]),
+                measured_allreduce_s=ring_s[stage],
                 measured_optimizer_s=statistics.median(times["optimizer_s"]),
                 active_fwd_s=M * float(f[inside & active].sum()),
                 nograd_fwd_s=M * float(n[runs_frozen].sum()),
@@ -370,6 +372,27 @@ def rank_columns(steps: list[StepRecord], rank: int) -> dict[str, array]:
         for name in MEASURED_PARTS:
             columns[name].append(getattr(times, name))
     return columns
+
+
+def ring_allreduce_s(steps: list[StepRecord], stage_of: dict[int, int]) -> dict[int, float]:
+    """Each stage's gradient all-reduce, the median over `steps` of its ring's own time: the
+    least any of its replicas spent in it (`stage_of`: rank → stage). A replica that finished
+    its backward first waits inside the all-reduce for the last one, which waits for no one;
+    the cost model starts a stage's all-reduce once its last backward ends (§4.5). Found by
+    the sixty-second round: each rank's own median, waits and all, fitted a 1x2 run's link at
+    0.02 GB/s where the profile measured 1 GB/s, so a re-plan priced every layout of more
+    than one replica ~4 ms a step too slow and chose one replica, which trained slower. One
+    pass, a column per stage (a rank's rows held for every step were most of calibrate's
+    memory: `rank_columns`)."""
+    columns = {stage: array("d") for stage in set(stage_of.values())}
+    for step in steps:
+        least = dict.fromkeys(columns, math.inf)
+        for r in step.ranks:
+            if (stage := stage_of.get(r.rank)) is not None:
+                least[stage] = min(least[stage], r.allreduce_s)
+        for stage, column in columns.items():
+            column.append(least[stage])
+    return {stage: statistics.median(column) for stage, column in columns.items()}
 
 
 def median_error(values: Sequence[float]) -> float:
