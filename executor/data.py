@@ -2169,18 +2169,22 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
         if wrapped is old and not any(_holds(cell, old) for cell in new.__closure__ or ()):
             return False
         filename = new.__code__.co_filename
+        around = _wrapped_by(new)
     except Exception:  # no function, or a user object whose __getattr__ failed: not torch's
         return False
     # torch decorates its own functions with its grad modes and autocast where it defines
     # them, never as a later replacement: `F.linear = torch.no_grad()(F.linear)` in `load`
     # trained nothing, exit 0 (the sixtieth round), and `torch.autocast("cpu",
     # dtype=torch.bfloat16)(F.linear)` an fp32 run's every linear layer in bfloat16 (the
-    # sixty-first).
+    # sixty-first). And all else its closure holds is the library's too, or the old one:
+    # `torch.compile(_single_tensor_adam, backend=mine)` holds the user's backend, which
+    # runs what the compiled function computes (the sixty-second: no step applied, exit 0).
     return (
         isinstance(filename, str)
         and _in_package(Path(filename), name)
         and _code_of_its_module(new, filename)
         and not _a_decorators(filename)
+        and _only_the_librarys(name, around, MAX_WRAPPED, {id(new), id(old)})
     )
 
 

@@ -7465,3 +7465,37 @@ def test_the_pipeline_and_pipeplans_rank_modules_are_held_as_items_are_read():
             warnings.simplefilter("ignore")
             batch_rows(Items(), [3], 0, "m:load", "train")
         assert getattr(owner, key) is old
+
+
+def test_torchs_compiled_wrapper_around_the_old_function_with_the_users_backend_is_refused():
+    """Found by the sixty-second round: `torch.compile(_single_tensor_adam, backend=mine)`
+    passed as torch's own wrapper of the function it replaces (its `__wrapped__` and a cell
+    are the old one), at 323 held names, as a `load` did it and as an item was read; the
+    user's backend ran every step's graph on copies, and AdamW applied no step, exit 0.
+    All a wrapper's closure holds is the library's or the old function; torch's own
+    wrappers (a first optimizer's `profile_hook_step`, `_disable_dynamo`) still are."""
+    import warnings
+
+    import torch.optim.adam as adam
+
+    from executor.data import BadArgumentError, _its_own_wrapper, functions_kept
+
+    def backend(graph, example_inputs):
+        return graph
+
+    old = adam._single_tensor_adam
+    new = torch.compile(old, backend=backend)
+    assert not _its_own_wrapper("torch.optim.adam._single_tensor_adam", old, new)
+    step = vars(torch.optim.Adam)["step"]
+    compiled_step = torch.compile(step, backend=backend)
+    assert not _its_own_wrapper("torch.optim.Adam.step", step, compiled_step)
+    for wide in (False, True):
+        refused = pytest.raises(BadArgumentError, match=r"replaced torch\.optim\.adam\._single_")
+        with refused, warnings.catch_warnings(), functions_kept("m:load", "x", wide=wide):
+            warnings.simplefilter("ignore")
+            adam._single_tensor_adam = new
+        assert adam._single_tensor_adam is old
+    hooked = torch.optim.Optimizer.profile_hook_step(step)
+    assert _its_own_wrapper("torch.optim.Adam.step", step, hooked)
+    seed = torch.random.manual_seed
+    assert _its_own_wrapper("torch.manual_seed", seed, torch._disable_dynamo(seed))
