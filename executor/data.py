@@ -2149,7 +2149,8 @@ def _inherited(cls: type, key: str, missing: Any, before: dict[int, Any]) -> Any
 def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
     """Whether `new` is the library's own wrapper of `old`: a function around the one it
     replaces (`__wrapped__`), or one the library's code made as it ran (a closure, `<locals>`
-    in its name), whose code is in the library's own files. Importing torch._dynamo
+    in its name), either holding the old one in its closure, whose code is in the library's
+    own files. Importing torch._dynamo
     (torch.compile, a library that uses it) wraps torch.manual_seed so, and its first compiled
     call patches nn.Module.__init__ with a closure that calls the old one: kept. A user's
     `functools.wraps` wrapper copies the name and module, not where its code is; a function
@@ -2165,8 +2166,11 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
         if wrapped is not old and (wrapped is not None or "<locals>" not in new.__qualname__):
             return False
         # And it holds the old one: a function made of torch's own `zero_grad` code, naming
-        # the old step as `__wrapped__`, trained nothing (the sixtieth round).
-        if wrapped is old and not any(_holds(cell, old) for cell in new.__closure__ or ()):
+        # the old step as `__wrapped__`, trained nothing (the sixtieth round); a closure
+        # without `__wrapped__` too (dynamo's `patched_init` holds nn.Module's `__init__`):
+        # torch's own `lambda *args: None` (`torch.set_vital`) at AdamW.step trained
+        # nothing, exit 0 (the sixty-second).
+        if not any(_holds(cell, old) for cell in new.__closure__ or ()):
             return False
         filename = new.__code__.co_filename
         around = _wrapped_by(new)

@@ -7499,3 +7499,36 @@ def test_torchs_compiled_wrapper_around_the_old_function_with_the_users_backend_
     assert _its_own_wrapper("torch.optim.Adam.step", step, hooked)
     seed = torch.random.manual_seed
     assert _its_own_wrapper("torch.manual_seed", seed, torch._disable_dynamo(seed))
+
+
+def test_a_closure_of_torchs_that_holds_not_the_function_it_replaces_is_not_its_wrapper():
+    """Found by the sixty-second round: any closure torch's code made (`<locals>` in its
+    name) passed as torch's own wrapper at every held name, whatever it did:
+    `torch.optim.AdamW.step = torch.set_vital` (torch's `lambda *args: None`) in a `load`
+    trained nothing, exit 0. Such a closure passes only where it holds the function it
+    replaces (torch._dynamo's `patched_init` holds nn.Module's `__init__`: kept, above)."""
+    import warnings
+
+    import torch.distributed.pipelining._backward as backward
+    import torch.optim.adam as adam
+
+    from executor.data import BadArgumentError, _its_own_wrapper, functions_kept
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vital = torch.set_vital
+    assert "<locals>" in vital.__qualname__
+    step = vars(torch.optim.Adam)["step"]
+    assert not _its_own_wrapper("torch.optim.AdamW.step", step, vital)
+    for wide in (False, True):
+        for owner, key in (
+            (adam, "_single_tensor_adam"),
+            (backward, "stage_backward"),
+            (torch.nn.functional, "dropout"),
+            (torch.optim.AdamW, "step"),
+        ):
+            old = vars(owner).get(key)
+            refused = pytest.raises(BadArgumentError, match=rf"replaced [\w.]+\.{key};")
+            with refused, functions_kept("m:load", "x", wide=wide):
+                setattr(owner, key, vital)
+            assert vars(owner).get(key) is old, (wide, key)
