@@ -1999,8 +1999,9 @@ def _planted(before: list[tuple[str, Any, dict[str, Any]]]) -> list[tuple[str, s
     was compared with nothing, and the run exported a model of all-zero tensors, exit 0. As
     it was never seen, only code of the user's is told apart: a function whose file (or whose
     globals' module's) is no installed code nor of that module's own package, and a class
-    (an object's) holding one; a library's names imported from another package (`from os
-    import path`) are not. Cheap: only new modules, each file looked up once."""
+    (an object's) holding one, bare or within what a name wraps (`_wrapped_by`); a library's
+    names imported from another package (`from os import path`) are not. Cheap: only new
+    modules, each file looked up once."""
     known = {id(owner) for _, owner, _ in before}
     installed = _installed_folders()
     prefixes = tuple(f"{folder}{os.sep}" for folder in installed)
@@ -2035,6 +2036,38 @@ def _planted(before: list[tuple[str, Any, dict[str, Any]]]) -> list[tuple[str, s
         return decided[key]
 
     classes: dict[int, bool] = {}  # a class: whether it holds a function of the user's
+
+    def holds_users(value: Any, package: str, depth: int, seen: set[int]) -> bool:
+        # A function of the user's, an object of a class holding one, or either within
+        # what it wraps (`_wrapped_by`, `depth` levels): the sixty-second round's
+        # `st.save_file = functools.partial(mine)` (lru_cache, `torch.no_grad()`, a bound
+        # method, `staticmethod`, np.vectorize around it) exported an all-zero model, exit 0.
+        if isinstance(value, types.FunctionType):
+            if users(value, package):
+                return True
+            if value.__closure__ is None and "__wrapped__" not in vars(value):
+                return False  # wraps nothing: most are so, told cheaply
+        else:
+            is_class = issubclass(type(value), type)
+            cls = value if is_class else type(value)
+            if id(cls) not in classes:
+                classes[id(cls)] = bool(cls.__flags__ & _HEAP_TYPE) and any(
+                    isinstance(function, types.FunctionType) and users(function, package)
+                    for member in vars(cls).values()
+                    for function in (getattr(member, "__func__", member),)
+                )
+            if classes[id(cls)] or is_class:  # a class wraps nothing (`_wrapped_by`)
+                return classes[id(cls)]
+        try:
+            inner = _wrapped_by(value) if depth else []
+        except Exception:  # a library's object whose __getattr__ failed: no wrapper
+            return False
+        seen.add(id(value))
+        return any(
+            holds_users(one, package, depth - 1, seen) for one in inner if id(one) not in seen
+        )
+
+    found: dict[tuple[int, str], bool] = {}  # (a name's object, a package): holds_users
     planted = []
     for name, module in list(sys.modules.items()):
         package = name.partition(".")[0]
@@ -2049,20 +2082,11 @@ def _planted(before: list[tuple[str, Any, dict[str, Any]]]) -> list[tuple[str, s
         if isinstance(file, str) and not file.startswith(prefixes) and _users_file(file):
             continue
         for key, value in list(vars(module).items()):
-            if isinstance(value, types.FunctionType):
-                its = users(value, package)
-            elif not callable(value) or isinstance(value, types.ModuleType):
+            if not callable(value) or issubclass(type(value), types.ModuleType):
                 continue
-            else:
-                cls = value if isinstance(value, type) else type(value)
-                if id(cls) not in classes:
-                    classes[id(cls)] = bool(cls.__flags__ & _HEAP_TYPE) and any(
-                        isinstance(function, types.FunctionType) and users(function, package)
-                        for member in vars(cls).values()
-                        for function in (getattr(member, "__func__", member),)
-                    )
-                its = classes[id(cls)]
-            if its:
+            if (id(value), package) not in found:  # one imported into many modules: once
+                found[id(value), package] = holds_users(value, package, MAX_WRAPPED, set())
+            if found[id(value), package]:
                 planted.append((f"{name}.{key}", name))
     return planted
 

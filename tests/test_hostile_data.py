@@ -7532,3 +7532,50 @@ def test_a_closure_of_torchs_that_holds_not_the_function_it_replaces_is_not_its_
             with refused, functions_kept("m:load", "x", wide=wide):
                 setattr(owner, key, vital)
             assert vars(owner).get(key) is old, (wide, key)
+
+
+def test_a_module_the_data_code_imports_holding_its_function_wrapped_is_refused():
+    """Found by the sixty-second round: of a module first imported in the step, only a plain
+    function of the user's (or an object of the user's class) was told the user's;
+    `st.save_file = functools.partial(mine)` exported an all-zero model, exit 0, as
+    `lru_cache`, `torch.no_grad()`, `torch._dynamo.disable`, `np.vectorize`, a bound method
+    of the user's class or `staticmethod` around it passed. What a name holds is followed
+    as `_wrapped_by` follows it, and the user's code found within is refused (colorsys, as
+    above, unloaded)."""
+    import functools
+    import importlib
+
+    import numpy as np
+
+    from executor.data import BadArgumentError, functions_kept
+
+    def mine(r, g, b):
+        return (0.0, 0.0, 0.0)
+
+    class Mine:
+        def convert(self, r, g, b):
+            return (0.0, 0.0, 0.0)
+
+    wrappers = {
+        "partial": lambda: functools.partial(mine),
+        "lru_cache": lambda: functools.lru_cache(mine),
+        "no_grad": lambda: torch.no_grad()(mine),
+        "dynamo": lambda: torch._dynamo.disable(mine),
+        "vectorize": lambda: np.vectorize(mine),
+        "method": lambda: Mine().convert,
+        "staticmethod": lambda: staticmethod(mine),
+        "twice": lambda: functools.partial(functools.lru_cache(mine)),
+    }
+    with functions_kept("m:load", "the data module", wide=True):
+        pass  # the first hold imports KEPT_MODULES, colorsys among what they import
+    held = sys.modules.pop("colorsys", None)
+    try:
+        for what, make in wrappers.items():
+            refused = pytest.raises(BadArgumentError, match=r"replaced colorsys\.rgb_to_hsv with")
+            with refused, functions_kept("m:load", "the data module", wide=True):
+                importlib.import_module("colorsys").rgb_to_hsv = make()
+            assert "colorsys" not in sys.modules, what
+    finally:
+        sys.modules.pop("colorsys", None)
+        if held is not None:
+            sys.modules["colorsys"] = held
