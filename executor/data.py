@@ -1711,10 +1711,14 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
     # (a rank trained on other data unchecked), torch's nn.Identity at clip_grad_norm_, a
     # functools.partial at functools.reduce. A name set on the object itself, over nothing it
     # wraps, is the user's: `m = torch.nn.Identity(); m.__name__ = "stage_backward"` (the
-    # sixty-first).
+    # sixty-first). A layer (an nn.Module) is the user's: no library puts one in another's
+    # place, and its hooks and submodules, which `_wrapped_by` does not follow, run as it is
+    # called (the sixty-second: a named nn.Identity whose submodule's hooks detached the
+    # weights, at torch.nn.modules.linear.F, left every nn.Linear untrained, exit 0).
     elif (
         not isinstance(module, str)
         or isinstance(new, partial)
+        or issubclass(type(new), torch.nn.Module)
         or getattr(new, "__name__", None) != name.rpartition(".")[2]
         or (named and not wrapped)
         or not _classes_code_is_its_own(new if isinstance(new, type) else type(new))
@@ -1796,8 +1800,10 @@ def _only_the_librarys(name: str, wrapped: list[Any], depth: int, seen: set[int]
             return False
         if isinstance(made_in, str):
             its = _code_is_the_librarys(name, inner, made_in)
-        else:
-            its = _classes_code_is_its_own(inner if isinstance(inner, type) else type(inner))
+        else:  # a layer within is the user's, as at the name itself (`_made_by_its_library`)
+            its = not issubclass(type(inner), torch.nn.Module) and _classes_code_is_its_own(
+                inner if isinstance(inner, type) else type(inner)
+            )
         if not its or (
             more and (depth == 0 or not _only_the_librarys(name, more, depth - 1, seen))
         ):

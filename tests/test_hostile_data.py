@@ -7579,3 +7579,33 @@ def test_a_module_the_data_code_imports_holding_its_function_wrapped_is_refused(
         sys.modules.pop("colorsys", None)
         if held is not None:
             sys.modules["colorsys"] = held
+
+
+def test_a_layer_put_in_a_held_names_place_is_the_users_whatever_it_holds():
+    """Found by the sixty-second round: a named nn.Module holding one library function in
+    its `__dict__` passed as torch's own at a held name, its hooks and submodules never
+    looked at: `torch.nn.modules.linear.F` replaced in a `load` by a named nn.Identity whose
+    submodule's hooks computed `F.linear` with detached weights left every nn.Linear
+    untrained, exit 0. No library puts a layer in another's place: one at a held name, or
+    within what a wrapper there holds, is refused and put back."""
+    import torch.distributed.pipelining.microbatch as microbatch
+    import torch.nn.modules.linear as linear
+
+    from executor.data import BadArgumentError, _only_the_librarys, functions_kept
+
+    def layer(name):
+        outer, inner = torch.nn.Identity(), torch.nn.Identity()
+        inner.register_forward_hook(lambda module, args, out: "USER")
+        outer.linear = inner  # a submodule, in outer._modules
+        outer.helper = torch.nn.functional.relu  # a library function in outer.__dict__
+        outer.__name__ = name
+        return outer
+
+    for owner, key in ((linear, "F"), (microbatch, "merge_chunks")):
+        old = getattr(owner, key)
+        refused = pytest.raises(BadArgumentError, match=rf"replaced {owner.__name__}\.{key};")
+        with refused, functions_kept("m:load", "the data function", wide=True):
+            setattr(owner, key, layer(key))
+        assert getattr(owner, key) is old
+    name = "torch.distributed.pipelining.microbatch.merge_chunks"
+    assert not _only_the_librarys(name, [layer("merge_chunks")], 8, set())
