@@ -2066,6 +2066,17 @@ def _planted(before: list[tuple[str, Any, dict[str, Any]]]) -> list[tuple[str, s
                 return classes[id(cls)]
         try:
             inner = _wrapped_by(value) if depth else []
+            if depth and issubclass(type(value), torch.nn.Module):
+                # A layer's hooks and submodules, which it runs as it is called, are in
+                # dicts of its own (`_forward_hooks`, `_modules`, …): a library's layers
+                # (transformers.activations.gelu) hold none of the user's.
+                inner += [
+                    one
+                    for held in vars(value).values()
+                    if isinstance(held, dict)
+                    for one in held.values()
+                    if callable(one)
+                ]
         except Exception:  # a library's object whose __getattr__ failed: no wrapper
             return False
         seen.add(id(value))

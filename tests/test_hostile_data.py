@@ -7540,8 +7540,8 @@ def test_a_module_the_data_code_imports_holding_its_function_wrapped_is_refused(
     `st.save_file = functools.partial(mine)` exported an all-zero model, exit 0, as
     `lru_cache`, `torch.no_grad()`, `torch._dynamo.disable`, `np.vectorize`, a bound method
     of the user's class or `staticmethod` around it passed. What a name holds is followed
-    as `_wrapped_by` follows it, and the user's code found within is refused (colorsys, as
-    above, unloaded)."""
+    as `_wrapped_by` follows it, and a layer's hooks and submodules too, and the user's code
+    found within is refused (colorsys, as above, unloaded)."""
     import functools
     import importlib
 
@@ -7556,6 +7556,14 @@ def test_a_module_the_data_code_imports_holding_its_function_wrapped_is_refused(
         def convert(self, r, g, b):
             return (0.0, 0.0, 0.0)
 
+    def layer(submodule):  # torch's own layer, its hook or its submodule's the user's
+        outer = torch.nn.Identity()
+        hooked = torch.nn.Identity() if submodule else outer
+        hooked.register_forward_hook(lambda module, args, out: mine(*args))
+        if submodule:
+            outer.inner = hooked
+        return outer
+
     wrappers = {
         "partial": lambda: functools.partial(mine),
         "lru_cache": lambda: functools.lru_cache(mine),
@@ -7565,6 +7573,8 @@ def test_a_module_the_data_code_imports_holding_its_function_wrapped_is_refused(
         "method": lambda: Mine().convert,
         "staticmethod": lambda: staticmethod(mine),
         "twice": lambda: functools.partial(functools.lru_cache(mine)),
+        "hooked layer": lambda: layer(submodule=False),
+        "hooked submodule": lambda: layer(submodule=True),
     }
     with functions_kept("m:load", "the data module", wide=True):
         pass  # the first hold imports KEPT_MODULES, colorsys among what they import
