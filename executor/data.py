@@ -1702,8 +1702,15 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
         return False
     if isinstance(made_in, str):
         # No library puts torch's grad-mode or autocast decorator over another's function
-        # as it loads (`_its_own_wrapper`, the sixty-first round).
-        if not _code_is_the_librarys(name, code, made_in) or _a_decorators(made_in):
+        # as it loads (`_its_own_wrapper`, the sixty-first round). And it is a function (a
+        # property's, a method's): an object naming a library function's code, globals or
+        # `fget` as its own runs its own `__call__` (the sixty-second).
+        if (
+            not _code_is_the_librarys(name, code, made_in)
+            or _a_decorators(made_in)
+            or type(code) is not types.FunctionType
+            or type(new) not in _HAVE_CODE
+        ):
             return False
     # An object without code of its own (a C function, a class, a callable object): the
     # library's own under the name it replaces. The sixtieth round: a user's callable object
@@ -1732,6 +1739,10 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
     # `torch._dynamo.disable`, `functools.lru_cache` or an nn.Module whose `forward` was set
     # on it, each around a user's no-op at stage_backward, trained nothing, exit 0.
     return _only_the_librarys(name, wrapped, MAX_WRAPPED, {id(new)})
+
+
+# What has a function's code in `_made_by_its_library`: a function, and what holds one.
+_HAVE_CODE = (types.FunctionType, property, types.MethodType, staticmethod, classmethod)
 
 
 def _code_is_the_librarys(name: str, code: Any, made_in: str) -> bool:
@@ -2197,7 +2208,9 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
     `functools.wraps` wrapper copies the name and module, not where its code is; a function
     of torch's own put in another's place (`AdamW.step = SGD.step`) is no closure. pipeplan's
     own (`pipeplan.log`) are wrapped by no library (NEVER_PATCHED)."""
-    if name.partition(".")[0] in NEVER_PATCHED:
+    # A function, not an object naming another's code, globals and closure as its own (the
+    # sixty-second round: one with profile_hook_step's, its `__call__` a no-op, passed).
+    if name.partition(".")[0] in NEVER_PATCHED or type(new) is not types.FunctionType:
         return False
     try:
         wrapped = getattr(new, "__wrapped__", None)

@@ -7619,3 +7619,32 @@ def test_a_layer_put_in_a_held_names_place_is_the_users_whatever_it_holds():
         assert getattr(owner, key) is old
     name = "torch.distributed.pipelining.microbatch.merge_chunks"
     assert not _only_the_librarys(name, [layer("merge_chunks")], 8, set())
+
+
+def test_an_object_naming_a_torch_functions_code_as_its_own_is_not_torchs():
+    """Found while fixing the sixty-second round's wrappers: an object of the user's class
+    (its `__call__` a no-op) given profile_hook_step's `__code__`, `__globals__` and
+    `__qualname__`, a cell holding the old function and `__wrapped__`, passed as torch's own
+    wrapper, and at a wide name one naming a torch function as its `fget` as the library's
+    doing. Only a function (a property's, a method's) has its code."""
+    import torch.optim.adam as adam
+
+    from executor.data import _its_own_wrapper, _made_by_its_library
+
+    class Forged:
+        def __call__(self, *args, **kwargs):
+            return None
+
+    old = adam._single_tensor_adam
+    hooked = torch.optim.Optimizer.profile_hook_step(old)
+    forged = Forged()
+    forged.__wrapped__, forged.__code__ = old, hooked.__code__
+    forged.__globals__, forged.__qualname__ = hooked.__globals__, hooked.__qualname__
+    forged.__closure__ = hooked.__closure__
+    name = "torch.optim.adam._single_tensor_adam"
+    assert _its_own_wrapper(name, old, hooked)
+    assert not _its_own_wrapper(name, old, forged)
+    assert not _made_by_its_library(name, forged, there=set())
+    getter = Forged()
+    getter.fget = old
+    assert not _made_by_its_library(name, getter, there=set())
