@@ -1749,8 +1749,15 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
         return False
     if isinstance(made_in, str):
         # No library puts torch's grad-mode or autocast decorator over another's function
-        # as it loads (`_its_own_wrapper`, the sixty-first round).
-        if not _code_is_the_librarys(name, code, made_in) or _a_decorators(made_in):
+        # as it loads (`_its_own_wrapper`, the sixty-first round). And it is a function (a
+        # property's, a method's): an object naming a library function's code, globals or
+        # `fget` as its own runs its own `__call__` (the sixty-second).
+        if (
+            not _code_is_the_librarys(name, code, made_in)
+            or _a_decorators(made_in)
+            or type(code) is not types.FunctionType
+            or type(new) not in _HAVE_CODE
+        ):
             return False
     # An object without code of its own (a C function, a class, a callable object): the
     # library's own under the name it replaces. The sixtieth round: a user's callable object
@@ -1758,10 +1765,14 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
     # (a rank trained on other data unchecked), torch's nn.Identity at clip_grad_norm_, a
     # functools.partial at functools.reduce. A name set on the object itself, over nothing it
     # wraps, is the user's: `m = torch.nn.Identity(); m.__name__ = "stage_backward"` (the
-    # sixty-first).
+    # sixty-first). A layer (an nn.Module) is the user's: no library puts one in another's
+    # place, and its hooks and submodules, which `_wrapped_by` does not follow, run as it is
+    # called (the sixty-second: a named nn.Identity whose submodule's hooks detached the
+    # weights, at torch.nn.modules.linear.F, left every nn.Linear untrained, exit 0).
     elif (
         not isinstance(module, str)
         or isinstance(new, partial)
+        or issubclass(type(new), torch.nn.Module)
         or getattr(new, "__name__", None) != name.rpartition(".")[2]
         or (named and not wrapped)
         or not _classes_code_is_its_own(new if isinstance(new, type) else type(new))
@@ -1775,6 +1786,10 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
     # `torch._dynamo.disable`, `functools.lru_cache` or an nn.Module whose `forward` was set
     # on it, each around a user's no-op at stage_backward, trained nothing, exit 0.
     return _only_the_librarys(name, wrapped, MAX_WRAPPED, {id(new)})
+
+
+# What has a function's code in `_made_by_its_library`: a function, and what holds one.
+_HAVE_CODE = (types.FunctionType, property, types.MethodType, staticmethod, classmethod)
 
 
 def _code_is_the_librarys(name: str, code: Any, made_in: str) -> bool:
@@ -1843,8 +1858,10 @@ def _only_the_librarys(name: str, wrapped: list[Any], depth: int, seen: set[int]
             return False
         if isinstance(made_in, str):
             its = _code_is_the_librarys(name, inner, made_in)
-        else:
-            its = _classes_code_is_its_own(inner if isinstance(inner, type) else type(inner))
+        else:  # a layer within is the user's, as at the name itself (`_made_by_its_library`)
+            its = not issubclass(type(inner), torch.nn.Module) and _classes_code_is_its_own(
+                inner if isinstance(inner, type) else type(inner)
+            )
         if not its or (
             more and (depth == 0 or not _only_the_librarys(name, more, depth - 1, seen))
         ):
@@ -2046,8 +2063,9 @@ def _planted(before: list[tuple[str, Any, dict[str, Any]]]) -> list[tuple[str, s
     was compared with nothing, and the run exported a model of all-zero tensors, exit 0. As
     it was never seen, only code of the user's is told apart: a function whose file (or whose
     globals' module's) is no installed code nor of that module's own package, and a class
-    (an object's) holding one; a library's names imported from another package (`from os
-    import path`) are not. Cheap: only new modules, each file looked up once."""
+    (an object's) holding one, bare or within what a name wraps (`_wrapped_by`); a library's
+    names imported from another package (`from os import path`) are not. Cheap: only new
+    modules, each file looked up once."""
     known = {id(owner) for _, owner, _ in before}
     installed = _installed_folders()
     prefixes = tuple(f"{folder}{os.sep}" for folder in installed)
@@ -2082,6 +2100,49 @@ def _planted(before: list[tuple[str, Any, dict[str, Any]]]) -> list[tuple[str, s
         return decided[key]
 
     classes: dict[int, bool] = {}  # a class: whether it holds a function of the user's
+
+    def holds_users(value: Any, package: str, depth: int, seen: set[int]) -> bool:
+        # A function of the user's, an object of a class holding one, or either within
+        # what it wraps (`_wrapped_by`, `depth` levels): the sixty-second round's
+        # `st.save_file = functools.partial(mine)` (lru_cache, `torch.no_grad()`, a bound
+        # method, `staticmethod`, np.vectorize around it) exported an all-zero model, exit 0.
+        if isinstance(value, types.FunctionType):
+            if users(value, package):
+                return True
+            if value.__closure__ is None and "__wrapped__" not in vars(value):
+                return False  # wraps nothing: most are so, told cheaply
+        else:
+            is_class = issubclass(type(value), type)
+            cls = value if is_class else type(value)
+            if id(cls) not in classes:
+                classes[id(cls)] = bool(cls.__flags__ & _HEAP_TYPE) and any(
+                    isinstance(function, types.FunctionType) and users(function, package)
+                    for member in vars(cls).values()
+                    for function in (getattr(member, "__func__", member),)
+                )
+            if classes[id(cls)] or is_class:  # a class wraps nothing (`_wrapped_by`)
+                return classes[id(cls)]
+        try:
+            inner = _wrapped_by(value) if depth else []
+            if depth and issubclass(type(value), torch.nn.Module):
+                # A layer's hooks and submodules, which it runs as it is called, are in
+                # dicts of its own (`_forward_hooks`, `_modules`, …): a library's layers
+                # (transformers.activations.gelu) hold none of the user's.
+                inner += [
+                    one
+                    for held in vars(value).values()
+                    if isinstance(held, dict)
+                    for one in held.values()
+                    if callable(one)
+                ]
+        except Exception:  # a library's object whose __getattr__ failed: no wrapper
+            return False
+        seen.add(id(value))
+        return any(
+            holds_users(one, package, depth - 1, seen) for one in inner if id(one) not in seen
+        )
+
+    found: dict[tuple[int, str], bool] = {}  # (a name's object, a package): holds_users
     planted = []
     for name, module in list(sys.modules.items()):
         package = name.partition(".")[0]
@@ -2096,20 +2157,11 @@ def _planted(before: list[tuple[str, Any, dict[str, Any]]]) -> list[tuple[str, s
         if isinstance(file, str) and not file.startswith(prefixes) and _users_file(file):
             continue
         for key, value in list(vars(module).items()):
-            if isinstance(value, types.FunctionType):
-                its = users(value, package)
-            elif not callable(value) or isinstance(value, types.ModuleType):
+            if not callable(value) or issubclass(type(value), types.ModuleType):
                 continue
-            else:
-                cls = value if isinstance(value, type) else type(value)
-                if id(cls) not in classes:
-                    classes[id(cls)] = bool(cls.__flags__ & _HEAP_TYPE) and any(
-                        isinstance(function, types.FunctionType) and users(function, package)
-                        for member in vars(cls).values()
-                        for function in (getattr(member, "__func__", member),)
-                    )
-                its = classes[id(cls)]
-            if its:
+            if (id(value), package) not in found:  # one imported into many modules: once
+                found[id(value), package] = holds_users(value, package, MAX_WRAPPED, set())
+            if found[id(value), package]:
                 planted.append((f"{name}.{key}", name))
     return planted
 
@@ -2196,13 +2248,16 @@ def _inherited(cls: type, key: str, missing: Any, before: dict[int, Any]) -> Any
 def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
     """Whether `new` is the library's own wrapper of `old`: a function around the one it
     replaces (`__wrapped__`), or one the library's code made as it ran (a closure, `<locals>`
-    in its name), whose code is in the library's own files. Importing torch._dynamo
+    in its name), either holding the old one in its closure, whose code is in the library's
+    own files. Importing torch._dynamo
     (torch.compile, a library that uses it) wraps torch.manual_seed so, and its first compiled
     call patches nn.Module.__init__ with a closure that calls the old one: kept. A user's
     `functools.wraps` wrapper copies the name and module, not where its code is; a function
     of torch's own put in another's place (`AdamW.step = SGD.step`) is no closure. pipeplan's
     own (`pipeplan.log`) are wrapped by no library (NEVER_PATCHED)."""
-    if name.partition(".")[0] in NEVER_PATCHED:
+    # A function, not an object naming another's code, globals and closure as its own (the
+    # sixty-second round: one with profile_hook_step's, its `__call__` a no-op, passed).
+    if name.partition(".")[0] in NEVER_PATCHED or type(new) is not types.FunctionType:
         return False
     try:
         wrapped = getattr(new, "__wrapped__", None)
@@ -2212,22 +2267,29 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
         if wrapped is not old and (wrapped is not None or "<locals>" not in new.__qualname__):
             return False
         # And it holds the old one: a function made of torch's own `zero_grad` code, naming
-        # the old step as `__wrapped__`, trained nothing (the sixtieth round).
-        if wrapped is old and not any(_holds(cell, old) for cell in new.__closure__ or ()):
+        # the old step as `__wrapped__`, trained nothing (the sixtieth round); a closure
+        # without `__wrapped__` too (dynamo's `patched_init` holds nn.Module's `__init__`):
+        # torch's own `lambda *args: None` (`torch.set_vital`) at AdamW.step trained
+        # nothing, exit 0 (the sixty-second).
+        if not any(_holds(cell, old) for cell in new.__closure__ or ()):
             return False
         filename = new.__code__.co_filename
+        around = _wrapped_by(new)
     except Exception:  # no function, or a user object whose __getattr__ failed: not torch's
         return False
     # torch decorates its own functions with its grad modes and autocast where it defines
     # them, never as a later replacement: `F.linear = torch.no_grad()(F.linear)` in `load`
     # trained nothing, exit 0 (the sixtieth round), and `torch.autocast("cpu",
     # dtype=torch.bfloat16)(F.linear)` an fp32 run's every linear layer in bfloat16 (the
-    # sixty-first).
+    # sixty-first). And all else its closure holds is the library's too, or the old one:
+    # `torch.compile(_single_tensor_adam, backend=mine)` holds the user's backend, which
+    # runs what the compiled function computes (the sixty-second: no step applied, exit 0).
     return (
         isinstance(filename, str)
         and _in_package(Path(filename), name)
         and _code_of_its_module(new, filename)
         and not _a_decorators(filename)
+        and _only_the_librarys(name, around, MAX_WRAPPED, {id(new), id(old)})
     )
 
 

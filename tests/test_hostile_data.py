@@ -7465,3 +7465,186 @@ def test_the_pipeline_and_pipeplans_rank_modules_are_held_as_items_are_read():
             warnings.simplefilter("ignore")
             batch_rows(Items(), [3], 0, "m:load", "train")
         assert getattr(owner, key) is old
+
+
+def test_torchs_compiled_wrapper_around_the_old_function_with_the_users_backend_is_refused():
+    """Found by the sixty-second round: `torch.compile(_single_tensor_adam, backend=mine)`
+    passed as torch's own wrapper of the function it replaces (its `__wrapped__` and a cell
+    are the old one), at 323 held names, as a `load` did it and as an item was read; the
+    user's backend ran every step's graph on copies, and AdamW applied no step, exit 0.
+    All a wrapper's closure holds is the library's or the old function; torch's own
+    wrappers (a first optimizer's `profile_hook_step`, `_disable_dynamo`) still are."""
+    import warnings
+
+    import torch.optim.adam as adam
+
+    from executor.data import BadArgumentError, _its_own_wrapper, functions_kept
+
+    def backend(graph, example_inputs):
+        return graph
+
+    old = adam._single_tensor_adam
+    new = torch.compile(old, backend=backend)
+    assert not _its_own_wrapper("torch.optim.adam._single_tensor_adam", old, new)
+    step = vars(torch.optim.Adam)["step"]
+    compiled_step = torch.compile(step, backend=backend)
+    assert not _its_own_wrapper("torch.optim.Adam.step", step, compiled_step)
+    for wide in (False, True):
+        refused = pytest.raises(BadArgumentError, match=r"replaced torch\.optim\.adam\._single_")
+        with refused, warnings.catch_warnings(), functions_kept("m:load", "x", wide=wide):
+            warnings.simplefilter("ignore")
+            adam._single_tensor_adam = new
+        assert adam._single_tensor_adam is old
+    hooked = torch.optim.Optimizer.profile_hook_step(step)
+    assert _its_own_wrapper("torch.optim.Adam.step", step, hooked)
+    seed = torch.random.manual_seed
+    assert _its_own_wrapper("torch.manual_seed", seed, torch._disable_dynamo(seed))
+
+
+def test_a_closure_of_torchs_that_holds_not_the_function_it_replaces_is_not_its_wrapper():
+    """Found by the sixty-second round: any closure torch's code made (`<locals>` in its
+    name) passed as torch's own wrapper at every held name, whatever it did:
+    `torch.optim.AdamW.step = torch.set_vital` (torch's `lambda *args: None`) in a `load`
+    trained nothing, exit 0. Such a closure passes only where it holds the function it
+    replaces (torch._dynamo's `patched_init` holds nn.Module's `__init__`: kept, above)."""
+    import warnings
+
+    import torch.distributed.pipelining._backward as backward
+    import torch.optim.adam as adam
+
+    from executor.data import BadArgumentError, _its_own_wrapper, functions_kept
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vital = torch.set_vital
+    assert "<locals>" in vital.__qualname__
+    step = vars(torch.optim.Adam)["step"]
+    assert not _its_own_wrapper("torch.optim.AdamW.step", step, vital)
+    for wide in (False, True):
+        for owner, key in (
+            (adam, "_single_tensor_adam"),
+            (backward, "stage_backward"),
+            (torch.nn.functional, "dropout"),
+            (torch.optim.AdamW, "step"),
+        ):
+            old = vars(owner).get(key)
+            refused = pytest.raises(BadArgumentError, match=rf"replaced [\w.]+\.{key};")
+            with refused, functions_kept("m:load", "x", wide=wide):
+                setattr(owner, key, vital)
+            assert vars(owner).get(key) is old, (wide, key)
+
+
+def test_a_module_the_data_code_imports_holding_its_function_wrapped_is_refused():
+    """Found by the sixty-second round: of a module first imported in the step, only a plain
+    function of the user's (or an object of the user's class) was told the user's;
+    `st.save_file = functools.partial(mine)` exported an all-zero model, exit 0, as
+    `lru_cache`, `torch.no_grad()`, `torch._dynamo.disable`, `np.vectorize`, a bound method
+    of the user's class or `staticmethod` around it passed. What a name holds is followed
+    as `_wrapped_by` follows it, and a layer's hooks and submodules too, and the user's code
+    found within is refused (colorsys, as above, unloaded)."""
+    import functools
+    import importlib
+
+    import numpy as np
+
+    from executor.data import BadArgumentError, functions_kept
+
+    def mine(r, g, b):
+        return (0.0, 0.0, 0.0)
+
+    class Mine:
+        def convert(self, r, g, b):
+            return (0.0, 0.0, 0.0)
+
+    def layer(submodule):  # torch's own layer, its hook or its submodule's the user's
+        outer = torch.nn.Identity()
+        hooked = torch.nn.Identity() if submodule else outer
+        hooked.register_forward_hook(lambda module, args, out: mine(*args))
+        if submodule:
+            outer.inner = hooked
+        return outer
+
+    wrappers = {
+        "partial": lambda: functools.partial(mine),
+        "lru_cache": lambda: functools.lru_cache(mine),
+        "no_grad": lambda: torch.no_grad()(mine),
+        "dynamo": lambda: torch._dynamo.disable(mine),
+        "vectorize": lambda: np.vectorize(mine),
+        "method": lambda: Mine().convert,
+        "staticmethod": lambda: staticmethod(mine),
+        "twice": lambda: functools.partial(functools.lru_cache(mine)),
+        "hooked layer": lambda: layer(submodule=False),
+        "hooked submodule": lambda: layer(submodule=True),
+    }
+    with functions_kept("m:load", "the data module", wide=True):
+        pass  # the first hold imports KEPT_MODULES, colorsys among what they import
+    held = sys.modules.pop("colorsys", None)
+    try:
+        for what, make in wrappers.items():
+            refused = pytest.raises(BadArgumentError, match=r"replaced colorsys\.rgb_to_hsv with")
+            with refused, functions_kept("m:load", "the data module", wide=True):
+                importlib.import_module("colorsys").rgb_to_hsv = make()
+            assert "colorsys" not in sys.modules, what
+    finally:
+        sys.modules.pop("colorsys", None)
+        if held is not None:
+            sys.modules["colorsys"] = held
+
+
+def test_a_layer_put_in_a_held_names_place_is_the_users_whatever_it_holds():
+    """Found by the sixty-second round: a named nn.Module holding one library function in
+    its `__dict__` passed as torch's own at a held name, its hooks and submodules never
+    looked at: `torch.nn.modules.linear.F` replaced in a `load` by a named nn.Identity whose
+    submodule's hooks computed `F.linear` with detached weights left every nn.Linear
+    untrained, exit 0. No library puts a layer in another's place: one at a held name, or
+    within what a wrapper there holds, is refused and put back."""
+    import torch.distributed.pipelining.microbatch as microbatch
+    import torch.nn.modules.linear as linear
+
+    from executor.data import BadArgumentError, _only_the_librarys, functions_kept
+
+    def layer(name):
+        outer, inner = torch.nn.Identity(), torch.nn.Identity()
+        inner.register_forward_hook(lambda module, args, out: "USER")
+        outer.linear = inner  # a submodule, in outer._modules
+        outer.helper = torch.nn.functional.relu  # a library function in outer.__dict__
+        outer.__name__ = name
+        return outer
+
+    for owner, key in ((linear, "F"), (microbatch, "merge_chunks")):
+        old = getattr(owner, key)
+        refused = pytest.raises(BadArgumentError, match=rf"replaced {owner.__name__}\.{key};")
+        with refused, functions_kept("m:load", "the data function", wide=True):
+            setattr(owner, key, layer(key))
+        assert getattr(owner, key) is old
+    name = "torch.distributed.pipelining.microbatch.merge_chunks"
+    assert not _only_the_librarys(name, [layer("merge_chunks")], 8, set())
+
+
+def test_an_object_naming_a_torch_functions_code_as_its_own_is_not_torchs():
+    """Found while fixing the sixty-second round's wrappers: an object of the user's class
+    (its `__call__` a no-op) given profile_hook_step's `__code__`, `__globals__` and
+    `__qualname__`, a cell holding the old function and `__wrapped__`, passed as torch's own
+    wrapper, and at a wide name one naming a torch function as its `fget` as the library's
+    doing. Only a function (a property's, a method's) has its code."""
+    import torch.optim.adam as adam
+
+    from executor.data import _its_own_wrapper, _made_by_its_library
+
+    class Forged:
+        def __call__(self, *args, **kwargs):
+            return None
+
+    old = adam._single_tensor_adam
+    hooked = torch.optim.Optimizer.profile_hook_step(old)
+    forged = Forged()
+    forged.__wrapped__, forged.__code__ = old, hooked.__code__
+    forged.__globals__, forged.__qualname__ = hooked.__globals__, hooked.__qualname__
+    forged.__closure__ = hooked.__closure__
+    name = "torch.optim.adam._single_tensor_adam"
+    assert _its_own_wrapper(name, old, hooked)
+    assert not _its_own_wrapper(name, old, forged)
+    assert not _made_by_its_library(name, forged, there=set())
+    getter = Forged()
+    getter.fget = old
+    assert not _made_by_its_library(name, getter, there=set())
