@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copyreg
+import errno
 import faulthandler
 import gc
 import gzip
@@ -2380,6 +2381,7 @@ RANK_STATE = frozenset(
         "executor.checkpoint._READ_FROM",
         "executor.data._ACTIVE",
         "executor.data._BROUGHT_IN",
+        "executor.data._DESCRIPTORS",
         "executor.data._HELD_DESCRIPTORS",
         "executor.data._IMPORTED_FILES",
         "executor.data._INFERENCE_GUARDS",
@@ -3812,6 +3814,77 @@ def held_descriptors_kept(spec: str, doing: str) -> Iterator[None]:
         )
 
 
+# How many items a process reads between counts of its open descriptors (`descriptors_left`,
+# after a batch's reads): a count lists /proc/self/fd, ~5 µs with a few dozen open and ~0.2
+# ms with a thousand (the least of 200 on a shared core), where a batch's reads are held by
+# ~1.6 ms of checks (`read_items`).
+DESCRIPTOR_READS = 16
+# How many more descriptors than before its first read data code may keep open (a cache of
+# open files) before a count past half the open-files limit is refused.
+DESCRIPTOR_MARGIN = 64
+# This process's counts (`descriptors_before_reads`): its pid, the count before its first
+# read and the items read since the last count.
+_DESCRIPTORS: dict[str, int] = {}
+
+
+def _open_descriptors() -> int | None:
+    """How many descriptors this process has open (the listing's own left out); the soft
+    open-files limit where none is left to list them with; None where there is no
+    /proc/self/fd to count them in."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return None
+
+
+def descriptors_before_reads() -> None:
+    """This process's open descriptors counted once, before its first item read, for
+    `descriptors_left` to compare with (a process forked since counts its own)."""
+    if _DESCRIPTORS.get("pid") == os.getpid():
+        return
+    count = _open_descriptors()
+    _DESCRIPTORS.clear()
+    _DESCRIPTORS["pid"] = os.getpid()
+    if count is not None:
+        _DESCRIPTORS.update(first=count, reads=0)
+
+
+def descriptors_left(name: str, batch: str, reads: int) -> None:
+    """After `reads` item reads of data `name` (`batch`: what they were), BadArgumentError
+    where the descriptors this process holds open, counted every DESCRIPTOR_READS reads,
+    have grown by more than DESCRIPTOR_MARGIN since before its first read and past half the
+    open-files limit: a read that opens a file and never closes it (`open()` without
+    `with`), named while the rank can still write. One that keeps a bounded number open (a
+    cache of files) levels off below that. Found by the sixty-second round: a `__getitem__`
+    that leaked descriptors trained every step of its epoch, and then the rank failed
+    writing its checkpoint (EMFILE), every trained step lost.
+
+        descriptors_left("m:load", "reading a batch (16 train items, item 3 first)", 16)
+    """
+    if "first" not in _DESCRIPTORS:
+        return
+    _DESCRIPTORS["reads"] += reads
+    if _DESCRIPTORS["reads"] < DESCRIPTOR_READS:
+        return
+    count = _open_descriptors()
+    if count is None:
+        return
+    _DESCRIPTORS["reads"] = 0
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    grown = count - _DESCRIPTORS["first"]
+    if soft == resource.RLIM_INFINITY or grown <= DESCRIPTOR_MARGIN or count * 2 <= soft:
+        return
+    raise BadArgumentError(
+        f"data {quoted(name)}: {batch} left {count} descriptors open in this process, {grown} "
+        f"more than before its first read, where the open-files limit (ulimit -n) is {soft}: "
+        "its reads open files they do not close, and the run would run out of them writing "
+        "its checkpoint; close what a read opens (`with open(...) as f:`), keeping a cache of "
+        "open files below half the limit"
+    )
+
+
 def _where(fd: int) -> str | None:
     """The path `fd` was opened by, where it has one that can be opened again (a terminal, a
     file), else None (a pipe, a socket, a deleted file)."""
@@ -5231,6 +5304,7 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
     read = []
     first = f", item {indices[0]} first" if indices else ""
     batch = f"reading a batch ({len(indices)} {split} items{first})"
+    descriptors_before_reads()
     with (
         limits_kept(name, batch),
         functions_kept(name, batch),
@@ -5259,6 +5333,7 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
                     raise
                 # Chained: the rank's log shows the user's own traceback under the line.
                 raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from exc
+        descriptors_left(name, batch, len(indices))
     # Checked once the settings are: an item made under a changed one is said as that change.
     values = []
     for index, value in zip(indices, read, strict=True):

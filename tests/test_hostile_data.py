@@ -4112,7 +4112,9 @@ def test_data_code_that_takes_every_descriptor_in_the_final_evaluation_is_named(
     EMFILE in the final evaluation ended the run "writing the final checkpoint, model or
     summary: exited with code 1", the cause in the rank's log alone and no rank-0.error.json
     (the report could not be opened either). A rank keeps a spare descriptor for its report,
-    and a write that failed for want of descriptors names the open-files limit."""
+    and a write that failed for want of descriptors names the open-files limit. Since the
+    sixty-second round the batch whose reads took them is named first (`descriptors_left`),
+    before any write."""
     import resource
 
     monkeypatch.chdir(tmp_path)
@@ -4128,10 +4130,10 @@ def test_data_code_that_takes_every_descriptor_in_the_final_evaluation_is_named(
     line = _ranks_line(tmp_path, capsys, "rt61_fds", at_import="READS, KEPT = [], []", in_item=code)
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     assert line.startswith(
-        "pipeplan: error: training failed on rank 0 after the last step (step 3), writing the "
-        "final checkpoint, model or summary: runs/n/"
+        "pipeplan: error: training failed on rank 0 after step 3, at the end of epoch 1: data "
+        "'moving': reading a batch ("
     ), line
-    said = f"(this process has too many files open: the open-files limit, ulimit -n, is {soft}; "
+    said = f"where the open-files limit (ulimit -n) is {soft}: its reads open files they do not "
     assert said in line, line
     assert (tmp_path / "runs" / "n" / "logs" / "rank-0.error.json").exists()
 
@@ -7603,3 +7605,52 @@ def test_a_read_that_replaces_what_a_rank_trains_with_is_named_before_its_writes
     ) in line, line
     assert not (tmp_path / "runs" / "n" / "model").exists()
     assert not (tmp_path / "runs" / "n" / "checkpoints").exists()
+
+
+def test_a_read_that_leaks_descriptors_is_named_before_the_limit():
+    """Found by the sixty-second round: a `__getitem__` that opened a file and never closed
+    it trained its rank on, until the final checkpoint failed for want of descriptors
+    (EMFILE), every trained step lost; a batch's checks refuse descriptors closed, not taken.
+    The descriptors a process holds are counted every 16 reads: grown by more than 64 since
+    its first read and past half the open-files limit, the batch is refused naming the data;
+    a cache that keeps a bounded number open levels off below that and passes."""
+    import resource
+
+    from executor import data
+    from executor.data import BadArgumentError, batch_rows
+
+    kept: list[int] = []
+
+    class Files:
+        def __init__(self, bound):
+            self.bound = bound
+
+        def __getitem__(self, index):
+            if len(kept) < self.bound:
+                kept.append(os.open(os.devnull, os.O_RDONLY))
+            return torch.zeros(2), torch.tensor(0)
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    data._DESCRIPTORS.clear()  # counted afresh, before this test's first read
+    # Half the limit is 100 more than open now: a cache of 80 stays below it.
+    limit = 2 * (len(os.listdir("/proc/self/fd")) + 100)
+    refused = pytest.raises(
+        BadArgumentError,
+        match=r"^data 'm:load': reading a batch \(16 train items, item \d+ first\) left \d+ "
+        r"descriptors open in this process, \d+ more than before its first read, where the "
+        rf"open-files limit \(ulimit -n\) is {limit}: its reads open files they do not close",
+    )
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        for start in range(0, 320, 16):
+            batch_rows(Files(80), list(range(start, start + 16)), 0, "m:load", "train")
+        assert len(kept) == 80
+        with refused:
+            for start in range(320, 320 + limit, 16):
+                batch_rows(Files(limit), list(range(start, start + 16)), 0, "m:load", "train")
+        assert len(kept) < limit / 2 + 32  # named well before the limit
+    finally:
+        for fd in kept:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        data._DESCRIPTORS.clear()
