@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copyreg
+import errno
 import faulthandler
 import gc
 import gzip
@@ -2452,6 +2453,228 @@ def pickling_kept(spec: str, doing: str) -> Iterator[None]:
     )
 
 
+# What a rank holds from its start (`rank_held`, before its data code first runs) and compares
+# at each epoch's end and before each checkpoint or model it writes (`check_rank_held`): every
+# module of pipeplan's own packages imported then, and torch's layers, gradient clipping, C
+# functions of torch.nn.functional and pipeline, and json, with their classes. Too many to
+# compare around each item read (`functions_kept` holds KEPT_MODULES there, ~0.8 ms a batch):
+# its snapshot, of ~520 modules and classes and ~65 tables, costs ~10 ms once, and each
+# comparison ~1.4 ms (the least of 20 on a shared core), a few times an epoch at most. Found
+# by the sixty-second round: a `__getitem__`'s `pipeplan.precision.compute = bf16 autocast`
+# trained an fp32 run in bfloat16, `executor.checkpoint._write` and `pipeplan.models.export`
+# replaced wrote an all-zero checkpoint and model, and `torch._C._nn.cross_entropy_loss`
+# trained towards class 0, each exit 0.
+RANK_PACKAGES = ("pipeplan", "executor", "profiles")
+RANK_TORCH = (
+    "torch.nn.modules",
+    "torch.nn.utils.clip_grad",
+    "torch._C._nn",
+    "torch.distributed.pipelining",
+    "json",
+)
+# Plain objects code dispatches through, held with their own attributes: `json.dumps(obj)`
+# encodes with json's default encoder (the sixty-second round: one replaced in a `load`
+# rewrote every step's loss in run.jsonl).
+RANK_VALUES = ("json._default_encoder", "json._default_decoder")
+# What of pipeplan's modules its own code changes as it runs (caches, registries, what is held
+# now): the rest of their tables (dicts, lists, sets) are held by their entries, as the
+# sixty-second round's `executor.parallel.SCHEDULES["1f1b"] = quiet` in a `load` trained
+# nothing, exit 0. tests/test_data.py checks the list against the code that changes them.
+RANK_STATE = frozenset(
+    {
+        "cli._debug",
+        "cli._forced",
+        "cli._pending",
+        "executor.cache._MADE",
+        "executor.cache._OPENED",
+        "executor.checkpoint._READ_FROM",
+        "executor.data._ACTIVE",
+        "executor.data._BROUGHT_IN",
+        "executor.data._DESCRIPTORS",
+        "executor.data._HELD_DESCRIPTORS",
+        "executor.data._IMPORTED_FILES",
+        "executor.data._INFERENCE_GUARDS",
+        "executor.data._LOOKED",
+        "executor.data._PASSED_ON",
+        "executor.data._READING",
+        "executor.data._RECORDED_AT",
+        "executor.data._USERS",
+        "executor.data._WATCHERS",
+        "executor.data._first_lengths",
+        "executor.data._kept_classes",
+        "executor.data._kept_modules",
+        "executor.data._loggers_listed",
+        "executor.data._pipeplan_loggers",
+        "executor.data._seen_kernels",
+        "executor.errorfile._FOLDERS",
+        "executor.errorfile._SPARE",
+        "executor.topology._host_group",
+        "executor.worker._one_sided",
+        "pipeplan.calls._LOCK",
+        "pipeplan.calls._RUNNING",
+        "pipeplan.exits._COMMAND",
+        "pipeplan.fileio._FOLDER_HELD",
+        "pipeplan.fileio._HELD",
+        "pipeplan.fileio._HELD_AS",
+        "pipeplan.fileio._HELD_BY",
+        "pipeplan.fileio._TRAINED",
+        "pipeplan.fileio._TRAINED_FD",
+        "pipeplan.fileio._TRAINED_LOCK",
+        "pipeplan.formats.run._NOTICED",
+        "pipeplan.log.DATA_THREADS",
+        "pipeplan.log._OUTPUTS",
+        "pipeplan.log._THREADS",
+        "pipeplan.runfiles._NOTICED",
+        "pipeplan.solver._FAMILIES",
+        "pipeplan.solver._LINKS",
+        "pipeplan.solver._SHAPES",
+    }
+)
+
+
+@dataclass
+class RankHeld:
+    """What `rank_held` took: each module's and class's names (name, owner, a copy of its
+    `vars`), pipeplan's tables (dotted name, the table, a shallow copy) and RANK_VALUES
+    (dotted name, the object, a copy of its `vars`)."""
+
+    owners: list[tuple[str, Any, dict[str, Any]]]
+    tables: list[tuple[str, Any, Any]]
+    values: list[tuple[str, Any, dict[str, Any]]]
+
+
+def _rank_module(name: str) -> bool:
+    """Whether the module `name` is one a rank holds (RANK_PACKAGES, RANK_TORCH)."""
+    return name.partition(".")[0] in RANK_PACKAGES or any(
+        name == top or name.startswith(f"{top}.") for top in RANK_TORCH
+    )
+
+
+def _table_copy(value: Any) -> Any:
+    """A shallow copy of a dict, list or set of pipeplan's (None: no table)."""
+    kind = type(value)
+    if issubclass(kind, dict):
+        return dict(value)
+    if issubclass(kind, list):
+        return list(value)
+    return set(value) if issubclass(kind, set) else None
+
+
+def _same_table(now: Any, held: Any) -> bool:
+    """Whether the table `now` holds what its copy `held` did: the same keys, each with the
+    same object; the same objects in the same order; the same members."""
+    if isinstance(held, dict):
+        return now.keys() == held.keys() and all(now[key] is value for key, value in held.items())
+    if isinstance(held, set):
+        return set(now) == held
+    return len(now) == len(held) and all(map(operator.is_, now, held))
+
+
+def rank_held() -> RankHeld:
+    """The modules, classes, tables and objects a rank holds (RANK_PACKAGES, RANK_TORCH,
+    RANK_VALUES), as they are now: taken at a rank's start, before its data code first runs,
+    and compared by `check_rank_held`.
+
+        held = rank_held()
+    """
+    modules = [
+        (name, module)
+        for name, module in list(sys.modules.items())
+        if _rank_module(name) and issubclass(type(module), types.ModuleType)
+    ]
+    owners: list[tuple[str, Any, dict[str, Any]]] = []
+    tables: list[tuple[str, Any, Any]] = []
+    seen: set[int] = set()
+    defined = {module.__name__ for _, module in modules if isinstance(module.__name__, str)}
+    for name, module in modules:
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        names = vars(module).copy()
+        owners.append((name, module, names))
+        for key, value in names.items():
+            # A class under the module that defines it (not a class it imported from another).
+            if issubclass(type(value), type) and id(value) not in seen:
+                if not value.__flags__ & _IMMUTABLE_TYPE and value.__module__ in defined:
+                    seen.add(id(value))
+                    owners.append((f"{name}.{key}", value, vars(value).copy()))
+            elif name.partition(".")[0] in RANK_PACKAGES and f"{name}.{key}" not in RANK_STATE:
+                copy = _table_copy(value)
+                if copy is not None and not key.startswith("__"):
+                    tables.append((f"{name}.{key}", value, copy))
+    values = []
+    for dotted in RANK_VALUES:
+        module, _, key = dotted.rpartition(".")
+        value = getattr(sys.modules.get(module), key, None)
+        if isinstance(getattr(value, "__dict__", None), dict):
+            values.append((dotted, value, vars(value).copy()))
+    return RankHeld(owners, tables, values)
+
+
+def _rank_changes(held: RankHeld) -> list[str]:
+    """What of `held` (`rank_held`) is changed now, by dotted name: a function or class
+    replaced or deleted (as `functions_kept` tells it, the library's own wrappers let
+    through), one of pipeplan's values rebound, a table of pipeplan's whose entries changed,
+    an object of RANK_VALUES replaced or its attributes changed."""
+    before = {id(owner): names for _, owner, names in held.owners}
+    there = {id(value) for _, _, names in held.owners for value in names.values()}
+    changed = []
+    missing = object()
+    for name, owner, names in held.owners:
+        now = vars(owner)
+        if len(now) == len(names) and all(map(operator.is_, now.values(), names.values())):
+            continue
+        found = [
+            dotted
+            for _, key, _, dotted, _ in _rebound(name, owner, names, before)
+            if not _made_by_its_library(dotted, now.get(key), there)
+        ]
+        if not isinstance(owner, type) and name.partition(".")[0] in RANK_PACKAGES:
+            # pipeplan's plain values too (a module's `RECALIBRATE_AFTER_STEPS`): no library
+            # patches pipeplan, and its own code rebinds only what RANK_STATE names.
+            found += [
+                f"{name}.{key}"
+                for key, old in names.items()
+                if not _held(old)
+                and not key.startswith("__")
+                and f"{name}.{key}" not in RANK_STATE
+                and now.get(key, missing) is not old
+            ]
+        changed += found
+    changed += [name for name, table, copy in held.tables if not _same_table(table, copy)]
+    for dotted, value, names in held.values:
+        module, _, key = dotted.rpartition(".")
+        if (
+            getattr(sys.modules.get(module), key, None) is not value
+            or len(vars(value)) != len(names)
+            or not all(map(operator.is_, vars(value).values(), names.values()))
+        ):
+            changed.append(dotted)
+    return list(dict.fromkeys(changed))
+
+
+def check_rank_held(spec: str, held: RankHeld, when: str) -> None:
+    """BadArgumentError naming the data `spec` and what of `held` (`rank_held`) its code
+    changed since the rank started, `when` saying where the rank stops and what it did not
+    write; a rank calls it once its data is loaded, at each epoch's end and before each
+    checkpoint and its model.
+
+        check_rank_held("m:load", held, "while this rank trained (the checkpoint of step 22 …")
+        # BadArgumentError: data 'm:load': its code replaced pipeplan.precision.compute while
+        # this rank trained (the checkpoint of step 22 is not written); data code must …
+    """
+    changed = _rank_changes(held)
+    if not changed:
+        return
+    raise BadArgumentError(
+        f"data {quoted(spec)}: its code replaced or changed {_some(changed)} {when}; data "
+        "code must leave pipeplan's modules and "
+        "tables, torch's layers and pipeline, and json as it found them, as every rank trains "
+        "and writes its records with them (patch one only around your own code that needs "
+        "it, as `with unittest.mock.patch(...)` does)"
+    )
+
+
 # The standard streams (by what code calls them): pipeplan writes its output and its lines
 # through them (`log.guard_console`'s wrappers; a rank's console), and Python's originals.
 _STREAMS = ("stdin", "stdout", "stderr", "__stdin__", "__stdout__", "__stderr__")
@@ -3698,6 +3921,77 @@ def held_descriptors_kept(spec: str, doing: str) -> Iterator[None]:
             f"({', '.join(map(str, lost))}); data code must not close descriptors it did not "
             "open (`os.closerange(3, …)` closes pipeplan's own too)"
         )
+
+
+# How many items a process reads between counts of its open descriptors (`descriptors_left`,
+# after a batch's reads): a count lists /proc/self/fd, ~5 µs with a few dozen open and ~0.2
+# ms with a thousand (the least of 200 on a shared core), where a batch's reads are held by
+# ~1.6 ms of checks (`read_items`).
+DESCRIPTOR_READS = 16
+# How many more descriptors than before its first read data code may keep open (a cache of
+# open files) before a count past half the open-files limit is refused.
+DESCRIPTOR_MARGIN = 64
+# This process's counts (`descriptors_before_reads`): its pid, the count before its first
+# read and the items read since the last count.
+_DESCRIPTORS: dict[str, int] = {}
+
+
+def _open_descriptors() -> int | None:
+    """How many descriptors this process has open (the listing's own left out); the soft
+    open-files limit where none is left to list them with; None where there is no
+    /proc/self/fd to count them in."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return None
+
+
+def descriptors_before_reads() -> None:
+    """This process's open descriptors counted once, before its first item read, for
+    `descriptors_left` to compare with (a process forked since counts its own)."""
+    if _DESCRIPTORS.get("pid") == os.getpid():
+        return
+    count = _open_descriptors()
+    _DESCRIPTORS.clear()
+    _DESCRIPTORS["pid"] = os.getpid()
+    if count is not None:
+        _DESCRIPTORS.update(first=count, reads=0)
+
+
+def descriptors_left(name: str, batch: str, reads: int) -> None:
+    """After `reads` item reads of data `name` (`batch`: what they were), BadArgumentError
+    where the descriptors this process holds open, counted every DESCRIPTOR_READS reads,
+    have grown by more than DESCRIPTOR_MARGIN since before its first read and past half the
+    open-files limit: a read that opens a file and never closes it (`open()` without
+    `with`), named while the rank can still write. One that keeps a bounded number open (a
+    cache of files) levels off below that. Found by the sixty-second round: a `__getitem__`
+    that leaked descriptors trained every step of its epoch, and then the rank failed
+    writing its checkpoint (EMFILE), every trained step lost.
+
+        descriptors_left("m:load", "reading a batch (16 train items, item 3 first)", 16)
+    """
+    if "first" not in _DESCRIPTORS:
+        return
+    _DESCRIPTORS["reads"] += reads
+    if _DESCRIPTORS["reads"] < DESCRIPTOR_READS:
+        return
+    count = _open_descriptors()
+    if count is None:
+        return
+    _DESCRIPTORS["reads"] = 0
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    grown = count - _DESCRIPTORS["first"]
+    if soft == resource.RLIM_INFINITY or grown <= DESCRIPTOR_MARGIN or count * 2 <= soft:
+        return
+    raise BadArgumentError(
+        f"data {quoted(name)}: {batch} left {count} descriptors open in this process, {grown} "
+        f"more than before its first read, where the open-files limit (ulimit -n) is {soft}: "
+        "its reads open files they do not close, and the run would run out of them writing "
+        "its checkpoint; close what a read opens (`with open(...) as f:`), keeping a cache of "
+        "open files below half the limit"
+    )
 
 
 def _where(fd: int) -> str | None:
@@ -5140,6 +5434,7 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
     read = []
     first = f", item {indices[0]} first" if indices else ""
     batch = f"reading a batch ({len(indices)} {split} items{first})"
+    descriptors_before_reads()
     with (
         limits_kept(name, batch),
         functions_kept(name, batch),
@@ -5168,6 +5463,7 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
                     raise
                 # Chained: the rank's log shows the user's own traceback under the line.
                 raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from exc
+        descriptors_left(name, batch, len(indices))
     # Checked once the settings are: an item made under a changed one is said as that change.
     values = []
     for index, value in zip(indices, read, strict=True):

@@ -40,10 +40,12 @@ from executor.data import (
     batch_rows,
     check_batch_inputs,
     check_batch_labels,
+    check_rank_held,
     descriptor_2_held,
     hung_read,
     is_user_code,
     keep_data_directory_on_path,
+    rank_held,
     users_side,
     warn_once_per_place,
 )
@@ -752,6 +754,10 @@ class Trainer:
         recalibrate: Recalibrate | None = None,
         resume: bool = False,
     ):
+        # pipeplan's modules and the torch modules it trains with, as they are before the data
+        # code first runs here (its function, in build_task): `check_held` compares them
+        # before the rank writes what they made. None: the data is no code of yours.
+        self.held = rank_held() if is_user_code(cfg.data) else None
         self.cfg, self.run_dir, self.planner, self.device = cfg, run_dir, planner, device
         self.fit_profile = recalibrate
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
@@ -768,6 +774,7 @@ class Trainer:
         # (a longer set on one rank hung the run for --collective-timeout: thirty-second
         # round). Its lengths, read once here, are the ones this rank uses from now on.
         self.facts = data_facts(self.data, self.seq)
+        self.check_held(None)  # what its function changed (a table of pipeplan's: no function)
         recorded = self.data_record.facts if self.data_record else None
         check_data_facts(recorded, self.facts, cfg.data, f"rank {self.rank}")
         warn_once_per_place(cfg.data, self.rank)  # the data's warnings as items are read
@@ -859,6 +866,7 @@ class Trainer:
         self.checkpoint(cfg.epochs, 0)  # the final state, resumable for more epochs
         if self.rank == 0:  # the checkpoint gathered every layer's current values here
             self.check_in_place()
+            self.check_held("the trained model")
             self.seq.layers.cpu()  # its own stage's from its device: the export is host tensors
             save_model(self.seq, self.run_dir, export_tokenizer(self.cfg, self.seq))
         self.finish()
@@ -1287,6 +1295,27 @@ class Trainer:
         self.recorder.write(record)
         return record
 
+    def check_held(self, writing: str | None) -> None:
+        """Every rank, once its data is loaded (`writing` None), at each epoch's end and
+        before it writes a checkpoint or the model (`writing`): the data code left pipeplan's
+        modules and tables and the torch modules it trains with as they were when the rank
+        started (`data.check_rank_held`: ~1.5 ms), else BadArgumentError naming the data and
+        what it replaced, nothing written. Found by the sixty-second round: a `__getitem__`
+        that replaced `pipeplan.precision.compute` or `executor.checkpoint._write` trained an
+        fp32 run in bfloat16 or wrote an all-zero checkpoint, exit 0 (only KEPT_MODULES are
+        held around each batch's reads).
+
+            self.check_held("the checkpoint of step 22")
+        """
+        if self.held is None:
+            return
+        when = (
+            "as this rank loaded and read it (nothing is trained)"
+            if writing is None
+            else f"while this rank trained ({writing} is not written)"
+        )
+        check_rank_held(self.cfg.data, self.held, when)
+
     def check_in_place(self) -> None:
         """Every rank, before it writes under the run directory (each step's record, a phase's
         record and cache, a checkpoint, an epoch's record and metrics.csv, the model): the
@@ -1385,6 +1414,7 @@ class Trainer:
         from executor import checkpoint
 
         self.check_in_place()  # every rank alike, before the collectives that gather it
+        self.check_held(f"the checkpoint of step {self.step_index}")
         self.record_data_modules()  # before the manifest: a resume from it checks them
         sums, steps = self.grad_norm_state()
         manifest = CheckpointManifest(
@@ -1481,6 +1511,7 @@ class Trainer:
             grad_norms={str(k): v for k, v in sorted(norms.items())},
             forecast=forecast,
         )
+        self.check_held(f"epoch {epoch + 1}'s record")  # its evaluation read items too
         self.check_in_place()  # the record, and metrics.csv with it
         self.recorder.write(record)
         if self.rank == 0:

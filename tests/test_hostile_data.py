@@ -4112,7 +4112,9 @@ def test_data_code_that_takes_every_descriptor_in_the_final_evaluation_is_named(
     EMFILE in the final evaluation ended the run "writing the final checkpoint, model or
     summary: exited with code 1", the cause in the rank's log alone and no rank-0.error.json
     (the report could not be opened either). A rank keeps a spare descriptor for its report,
-    and a write that failed for want of descriptors names the open-files limit."""
+    and a write that failed for want of descriptors names the open-files limit. Since the
+    sixty-second round the batch whose reads took them is named first (`descriptors_left`),
+    before any write."""
     import resource
 
     monkeypatch.chdir(tmp_path)
@@ -4128,10 +4130,10 @@ def test_data_code_that_takes_every_descriptor_in_the_final_evaluation_is_named(
     line = _ranks_line(tmp_path, capsys, "rt61_fds", at_import="READS, KEPT = [], []", in_item=code)
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     assert line.startswith(
-        "pipeplan: error: training failed on rank 0 after the last step (step 3), writing the "
-        "final checkpoint, model or summary: runs/n/"
+        "pipeplan: error: training failed on rank 0 after step 3, at the end of epoch 1: data "
+        "'moving': reading a batch ("
     ), line
-    said = f"(this process has too many files open: the open-files limit, ulimit -n, is {soft}; "
+    said = f"where the open-files limit (ulimit -n) is {soft}: its reads open files they do not "
     assert said in line, line
     assert (tmp_path / "runs" / "n" / "logs" / "rank-0.error.json").exists()
 
@@ -7648,3 +7650,190 @@ def test_an_object_naming_a_torch_functions_code_as_its_own_is_not_torchs():
     getter = Forged()
     getter.fget = old
     assert not _made_by_its_library(name, getter, there=set())
+
+
+def test_what_a_rank_trains_and_writes_with_is_held_to_its_start():
+    """Found by the sixty-second round: only KEPT_MODULES are held as items are read, so a
+    `__getitem__` replacing `pipeplan.precision.compute` trained an fp32 run in bfloat16,
+    `executor.checkpoint._write` wrote an all-zero checkpoint, `torch._C._nn`'s cross entropy
+    trained towards class 0, and a table of plain values (`executor.parallel.SCHEDULES`,
+    json's default encoder) trained nothing or rewrote run.jsonl, each exit 0. A rank now
+    holds pipeplan's modules and tables, torch's layers and pipeline and json from its start
+    (`rank_held`), compared at each epoch's end and before each write (`check_rank_held`)."""
+    import json
+
+    import torch.nn.modules.linear as linear
+
+    import executor.checkpoint
+    import executor.parallel
+    import executor.worker
+    import pipeplan.precision
+    from executor.data import BadArgumentError, check_rank_held, rank_held
+
+    def mine(*args, **kwargs):
+        return None
+
+    cases = [
+        (pipeplan.precision, "compute", mine),
+        (executor.checkpoint, "_write", mine),
+        (torch._C._nn, "cross_entropy_loss", mine),
+        (linear, "F", types.SimpleNamespace(linear=mine)),
+        (executor.worker, "RECALIBRATE_AFTER_STEPS", 10**9),  # a plain value of pipeplan's
+        (json, "_default_encoder", json.JSONEncoder(indent=1)),
+        (executor.parallel.SCHEDULES, "1f1b", object),  # a table's entry
+        (pipeplan.precision.BOUNDARY_DTYPE, "bf16", torch.float16),
+        (vars(json._default_encoder), "encode", mine),  # the encoder's own attribute
+    ]
+    held = rank_held()
+    when = "while this rank trained (the checkpoint of step 3 is not written)"
+    check_rank_held("m:load", held, when)  # nothing changed: passes
+    for owner, key, value in cases:
+        table = isinstance(owner, dict)
+        old = owner.get(key, mine) if table else getattr(owner, key)
+        name = {
+            id(executor.parallel.SCHEDULES): "executor.parallel.SCHEDULES",
+            id(pipeplan.precision.BOUNDARY_DTYPE): "pipeplan.precision.BOUNDARY_DTYPE",
+            id(vars(json._default_encoder)): "json._default_encoder",
+        }.get(id(owner), f"{getattr(owner, '__name__', '')}.{key}")
+        said = (
+            f"data 'm:load': its code replaced or changed {name} while this rank trained "
+            r"\(the checkpoint of step 3 is not written\); data code must leave pipeplan's "
+        )
+        try:
+            if table:
+                owner[key] = value
+            else:
+                setattr(owner, key, value)
+            with pytest.raises(BadArgumentError, match=said):
+                check_rank_held("m:load", held, when)
+        finally:
+            if table and old is mine:
+                del owner[key]
+            elif table:
+                owner[key] = old
+            else:
+                setattr(owner, key, old)
+    check_rank_held("m:load", held, "")  # all put back: passes again
+
+
+def test_rank_state_names_what_pipeplans_own_code_changes():
+    """Found by the sixty-second round, as its tables came to be held in a rank
+    (`check_rank_held`): RANK_STATE, the tables and values pipeplan's own code changes as it
+    runs (left out of the comparison), names each one its code changes in place: one it
+    missed would refuse a good run."""
+    import ast
+
+    from executor.data import RANK_STATE
+
+    mutators = {"append", "extend", "insert", "pop", "popitem", "clear", "update"}
+    mutators |= {"setdefault", "add", "discard", "remove", "sort", "reverse"}
+    root = Path(__file__).resolve().parent.parent
+    files = [p for d in ("pipeplan", "executor", "profiles") for p in (root / d).rglob("*.py")]
+    files.append(root / "cli.py")
+    trees = {f: ast.parse(f.read_text()) for f in files}
+    tables: dict[str, set[str]] = {}  # a module-level name: the modules that define it
+    for file, tree in trees.items():
+        module = ".".join(file.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        for node in tree.body:
+            targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    tables.setdefault(target.id, set()).add(f"{module}.{target.id}")
+    changed: set[str] = set()
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            found = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                found = node.func.value if node.func.attr in mutators else None
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                found = node.value
+            elif isinstance(node, ast.Global):
+                changed.update(node.names)
+            if isinstance(found, ast.Name):
+                changed.add(found.id)
+    # Less those changed only as pipeplan.formats is imported, before any rank starts.
+    dotted = {name for key in changed for name in tables.get(key, ())} - {
+        "pipeplan.formats.base.FILE_LIMITS",
+        "pipeplan.formats.base.KINDS",
+        "pipeplan.plots.KINDS",
+    }
+    assert sorted(dotted - RANK_STATE) == []
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_read_that_replaces_what_a_rank_trains_with_is_named_before_its_writes(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the sixty-second round: a `__getitem__` that replaced
+    `pipeplan.precision.compute` (not among KEPT_MODULES, held around each read) trained an
+    fp32 run under bfloat16 autocast, and its checkpoint and model were written, exit 0. The
+    rank compares pipeplan's modules with its start at the epoch's end: one line naming the
+    data and the function, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    code = (  # rank 0's 40th training read, in the third of its four steps
+        'if os.environ.get("RANK") == "0" and self.offset == 0:\n'
+        "            READS.append(i)\n"
+        "            if len(READS) == 40:\n"
+        "                import pipeplan.precision as p\n"
+        "                p.compute = lambda device, precision: (\n"
+        '                    torch.autocast("cpu", dtype=torch.bfloat16))'
+    )
+    line = _ranks_line(tmp_path, capsys, "rt62_compute", at_import="READS = []", in_item=code)
+    assert line.startswith("pipeplan: error: training failed on rank 0 after step "), line
+    assert (
+        ", at the end of epoch 1: data 'rt62_compute:load': its code replaced or changed "
+        "pipeplan.precision.compute while this rank trained (epoch 1's record is not written); "
+        "data code must leave "
+    ) in line, line
+    assert not (tmp_path / "runs" / "n" / "model").exists()
+    assert not (tmp_path / "runs" / "n" / "checkpoints").exists()
+
+
+def test_a_read_that_leaks_descriptors_is_named_before_the_limit():
+    """Found by the sixty-second round: a `__getitem__` that opened a file and never closed
+    it trained its rank on, until the final checkpoint failed for want of descriptors
+    (EMFILE), every trained step lost; a batch's checks refuse descriptors closed, not taken.
+    The descriptors a process holds are counted every 16 reads: grown by more than 64 since
+    its first read and past half the open-files limit, the batch is refused naming the data;
+    a cache that keeps a bounded number open levels off below that and passes."""
+    import resource
+
+    from executor import data
+    from executor.data import BadArgumentError, batch_rows
+
+    kept: list[int] = []
+
+    class Files:
+        def __init__(self, bound):
+            self.bound = bound
+
+        def __getitem__(self, index):
+            if len(kept) < self.bound:
+                kept.append(os.open(os.devnull, os.O_RDONLY))
+            return torch.zeros(2), torch.tensor(0)
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    data._DESCRIPTORS.clear()  # counted afresh, before this test's first read
+    # Half the limit is 100 more than open now: a cache of 80 stays below it.
+    limit = 2 * (len(os.listdir("/proc/self/fd")) + 100)
+    refused = pytest.raises(
+        BadArgumentError,
+        match=r"^data 'm:load': reading a batch \(16 train items, item \d+ first\) left \d+ "
+        r"descriptors open in this process, \d+ more than before its first read, where the "
+        rf"open-files limit \(ulimit -n\) is {limit}: its reads open files they do not close",
+    )
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        for start in range(0, 320, 16):
+            batch_rows(Files(80), list(range(start, start + 16)), 0, "m:load", "train")
+        assert len(kept) == 80
+        with refused:
+            for start in range(320, 320 + limit, 16):
+                batch_rows(Files(limit), list(range(start, start + 16)), 0, "m:load", "train")
+        assert len(kept) < limit / 2 + 32  # named well before the limit
+    finally:
+        for fd in kept:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        data._DESCRIPTORS.clear()

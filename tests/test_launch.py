@@ -38,6 +38,23 @@ def environment(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT), **extra}
 
 
+# tests/faultsite: a `sitecustomize` that wraps one function of pipeplan's in a rank as the
+# rank starts, before anything holds pipeplan's modules: the fault PIPEPLAN_TEST_FAULT names.
+# A data module's `load` that did it is refused ("the data function replaced
+# executor.checkpoint.save": `data.functions_kept`; `data.rank_held` once the rank trains).
+FAULT_SITE = ROOT / "tests" / "faultsite"
+
+
+def fault(name: str, paused: Path) -> dict[str, str]:
+    """`start_run`'s environment for a run whose rank brings in the fault `name` of
+    tests/faultsite/sitecustomize.py, which touches `paused` as it strikes."""
+    return {
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{FAULT_SITE}",
+        "PIPEPLAN_TEST_FAULT": name,
+        "PIPEPLAN_TEST_PAUSED": str(paused),
+    }
+
+
 def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -717,8 +734,7 @@ def test_a_rank_stopped_while_rank_0_writes_a_checkpoint_ends_the_run(tmp_path):
     within it, and keeps the checkpoint written."""
     paused = tmp_path / "paused"
     args = ["--collective-timeout", "5", "--checkpoint-every", "3", "--max-steps-per-epoch", "9"]
-    data = "tests.killer_data:digits_stop_in_checkpoint"
-    run = start_run(tmp_path, "--data", data, *args, PIPEPLAN_TEST_PAUSED=str(paused))
+    run = start_run(tmp_path, *args, **fault("stop_in_checkpoint", paused))
     rank1 = None
     try:
         wait_for(paused, run)
@@ -748,21 +764,22 @@ def test_a_rank_stopped_while_rank_0_writes_a_checkpoint_ends_the_run(tmp_path):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(
-    "data, args, where",
+    "stop, args, where",
     [
         pytest.param(  # `-m long` for the suite's time: the one-sided unit tests below
-            "digits_stop_at_a_one_sided_wait", [], " before the first step", marks=pytest.mark.long
+            "stop_at_a_one_sided_wait", [], " before the first step", marks=pytest.mark.long
         ),
         # the same 24 h group's gather; the mechanism (a gloo timeout) is the run's as above
         pytest.param(
-            "digits_stop_before_checkpoint_gather",
+            "stop_before_checkpoint_gather",
             ["--checkpoint-every", "3", "--max-steps-per-epoch", "9"],
             " after step 2, writing its checkpoint, or at step 3",  # the thirty-fifth round's
             marks=pytest.mark.long,
         ),
-        # the wait for a chunk of held-out reads (the thirty-seventh round's): the same barrier
+        # the wait for a chunk of held-out reads (the thirty-seventh round's): the same barrier,
+        # its stop in the data's own reads
         pytest.param(
-            "digits_stop_in_eval_read",
+            "tests.killer_data:digits_stop_in_eval_read",
             ["--max-steps-per-epoch", "2", "--global-batch", "8"],
             " after step 1, at the end of epoch 1",
             marks=pytest.mark.long,
@@ -770,7 +787,7 @@ def test_a_rank_stopped_while_rank_0_writes_a_checkpoint_ends_the_run(tmp_path):
     ],
 )
 def test_a_rank_stopped_while_the_others_wait_for_one_sided_work_ends_the_run(
-    tmp_path, data, args, where
+    tmp_path, stop, args, where
 ):
     """Found by the thirty-fourth round: a rank stopped (SIGSTOP) or hung while the others
     waited for one-sided work (a checkpoint's write, the cache's fill, evaluation, rank 0's
@@ -781,15 +798,9 @@ def test_a_rank_stopped_while_the_others_wait_for_one_sided_work_ends_the_run(
     gathers' group has the collective timeout. The run ends naming the stopped rank (not the
     rank that waited), no rank left."""
     paused = tmp_path / "paused"
-    run = start_run(
-        tmp_path,
-        "--data",
-        f"tests.killer_data:{data}",
-        *args,
-        "--collective-timeout",
-        "10",
-        PIPEPLAN_TEST_PAUSED=str(paused),
-    )
+    data = ["--data", stop] if ":" in stop else []  # else a fault of tests/faultsite's
+    env = {"PIPEPLAN_TEST_PAUSED": str(paused)} if data else fault(stop, paused)
+    run = start_run(tmp_path, *data, *args, "--collective-timeout", "10", **env)
     rank1 = None
     try:
         wait_for(paused, run)
@@ -811,7 +822,7 @@ def test_a_rank_stopped_while_the_others_wait_for_one_sided_work_ends_the_run(
         if run.poll() is None:
             run.kill()
     assert no_rank_left(tmp_path)
-    if data.endswith("wait"):  # rank 0's own line names the silent rank too
+    if stop.endswith("wait"):  # rank 0's own line names the silent rank too
         log = (tmp_path / "k" / "logs" / "rank-0.log").read_text()
         assert "no response from rank 1 within the collective timeout of 10 s" in log
 
@@ -1386,9 +1397,8 @@ def test_a_run_stopped_during_a_checkpoint_write_leaves_no_partial_folder(tmp_pa
     paused = tmp_path / "paused"
     run = start_run(
         tmp_path,
-        *("--data", "tests.killer_data:digits_pause_in_checkpoint"),
         *("--max-steps-per-epoch", "4", "--checkpoint-every", "2"),
-        PIPEPLAN_TEST_PAUSED=str(paused),
+        **fault("pause_in_checkpoint", paused),
     )
     wait_for(paused, run)
     checkpoints = tmp_path / "k" / "checkpoints"
