@@ -34,7 +34,7 @@ from test_report import elastic_records, write_run
 from text_data import reviews, write_jsonl
 
 import cli
-from pipeplan.errors import BadArgumentError, Stopped, quoted
+from pipeplan.errors import BadArgumentError, InputFileError, Stopped, quoted
 
 MORE = ["--epochs", "2"]  # a resume that has an epoch to train: only the damage stops it
 
@@ -2253,6 +2253,37 @@ def test_a_summary_of_the_end_a_resume_continued_from_is_read(boundary_resumed, 
     summary.write_text(json.dumps({**doc, "steps": EPOCH - 1}))
     fragment = f"{summary}: steps is {EPOCH - 1}, but {run / 'run.jsonl'} records {2 * EPOCH}"
     refused(["report", str(run)], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_summary_of_more_steps_ends_at_an_epochs_end_within_run_jsons(
+    boundary_resumed, tmp_path, capsys
+):
+    """Found by the sixty-second round: a resumed run's summary.json of 61 or 10^12 steps (5
+    epochs of 12, records of 60) was reported and exported with every other field unchecked,
+    taken for one written before a resume from an older checkpoint rewrote the records. Such
+    an end falls at an epoch's end within run.json's epochs (a resume only adds epochs): any
+    other is refused in one line naming summary.json's steps."""
+    from pipeplan.formats import RunConfig, load, read_records
+    from pipeplan.runfiles import check_summary
+
+    run = copy_run(boundary_resumed, tmp_path)
+    summary = run / "summary.json"
+    doc = json.loads(summary.read_text())
+    for steps in (2 * EPOCH + 1, 10**12):
+        summary.write_text(json.dumps({**doc, "steps": steps, "total_s": 99999.0}))
+        fragment = (f"{summary}: steps is {steps}, but", "past run.json's 2 epochs (they end at")
+        refused(["report", str(run)], tmp_path, capsys, fragment)
+    # Records a resume from step-5 rewrote up to its phase: an end at an epoch's end (step 10)
+    # is one the run could have had; one inside an epoch is not.
+    config, records = load(RunConfig, run / "run.json"), read_records(run / "run.jsonl")
+    cut = next(i for i, r in enumerate(records) if getattr(r, "resumed", False))
+    summary.write_text(json.dumps({**doc, "steps": 2 * EPOCH}))
+    check_summary(run, config, records[: cut + 1])
+    summary.write_text(json.dumps({**doc, "steps": EPOCH + 1}))
+    with pytest.raises(InputFileError, match=f"steps is {EPOCH + 1}, .* inside epoch 1;"):
+        check_summary(run, config, records[: cut + 1])
 
 
 @pytest.mark.multiprocess
