@@ -2116,6 +2116,47 @@ def test_the_horizons_of_a_resumed_run_are_read(horizons_run, tmp_path, flags):
     assert cli.main(["report", str(run)]) == 0
 
 
+@pytest.fixture(scope="module")
+def horizons_resumed(horizons_run, tmp_path_factory) -> Path:
+    """`_resumed_at_step_6` without flags: phase 3 (line 12) keeps phase 2's decision whole."""
+    return _resumed_at_step_6(horizons_run, tmp_path_factory.mktemp("kept"))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "field, value, was",
+    [
+        (("calibration",), "online", "none"),
+        (("profile",), "other.json", "profile.json"),
+        (("horizon", "epochs"), 2, "1"),
+        # (Its horizon's cache edited: named by its cached layout's own rule.)
+        (("horizon", "samples"), 128, "192"),
+    ],
+    ids=lambda value: str(value),
+)
+def test_a_kept_phases_pricing_edited_is_named(
+    horizons_resumed, tmp_path, capsys, field, value, was
+):
+    """Found by the sixty-second round: in a resumed run, the phase record --resume keeps
+    whole from its predecessor (`Worker.kept_phase`: its horizon.previous is the
+    predecessor's) with its calibration, profile, horizon epochs or samples edited was refused
+    as a `pricing.horizon.previous` nobody edited ("a phase weighs moving from the layout it
+    follows"). The line names the field that differs from the phase it keeps."""
+    run = copy_run(horizons_resumed, tmp_path)
+    lines = _lines(run)
+    kept = lines[11]
+    assert kept["resumed"] and kept["layout"] == lines[10]["layout"]
+    pricing = kept["pricing"]
+    for key in field[:-1]:
+        pricing = pricing[key]
+    pricing[field[-1]] = value
+    _rewrite(run, lines)
+    name = ".".join(field)
+    fragment = f"run.jsonl:12: phase 3: pricing.{name} {value}, but phase 2, whose decision"
+    refused(["report", str(run)], tmp_path, capsys, (fragment, f"has {was}: a resume keeps"))
+
+
 def _refused_by_report_and_calibrate(run: Path, tmp_path: Path, capsys, fragment) -> None:
     refused(["report", str(run)], tmp_path, capsys, fragment)
     argv = ["calibrate", str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "c.json")]

@@ -1198,7 +1198,8 @@ class _Horizons:
     answer a run). A phase taken from a plan file has none (a solved phase without one is
     held to nothing: its epochs say their length). A phase a resume continues
     (`Worker.kept_phase`: its predecessor's decision copied whole) is its predecessor's and
-    is held to nothing more. An edited horizon was reported (a run "of 12, 1000 steps" an
+    is held to nothing more; one whose pricing differs from it is named so
+    (`_check_kept_pricing`). An edited horizon was reported (a run "of 12, 1000 steps" an
     epoch) and worded a failure's step (the fifty-eighth round). Each is blamed on its own
     phase where the epochs or run.json tell which; else both phases are named.
 
@@ -1240,6 +1241,8 @@ class _Horizons:
         self.priced.append((record, attempt, kept, at))
         if kept:
             return
+        if record.resumed and before is not None:
+            _check_kept_pricing(record, before, at)
         previous = before.layout if before is not None else None
         if horizon.previous is None and before is not None and not record.resumed:
             raise InputFileError(
@@ -1371,6 +1374,34 @@ class _Horizons:
                 f"{record.pricing.horizon.epochs} from epoch {record.start_epoch} ends the run "
                 f"{_ending(end, exact)}, but run.json says epochs {epochs}: {why}"
             )
+
+
+def _check_kept_pricing(record: PhaseRecord, before: PhaseRecord, at: str) -> None:
+    """A phase entered by --resume in its predecessor's layout, weighing a move from the
+    layout its predecessor weighed (`horizon.previous`, not the predecessor's own, which a
+    phase planned anew weighs), is its predecessor's decision kept whole (`Worker.kept_phase`):
+    a pricing that differs was edited, in one of the two records. Found by the sixty-second
+    round: its calibration, profile, horizon epochs or cache edited was blamed on
+    `pricing.horizon.previous`, which the resume copied and nobody edited. InputFileError
+    naming the field that differs."""
+    said, was = record.pricing.horizon, before.pricing.horizon
+    if was is None or record.layout != before.layout or said.previous != was.previous:
+        return
+    mine, theirs, field = record.pricing, before.pricing, "pricing"
+    while True:  # down to the differing value: "pricing.horizon.epochs", not the horizon
+        differs = first_difference(mine, theirs)
+        if differs is None:  # equal as written: the same decision
+            return
+        name, have, want = differs
+        mine, theirs, field = getattr(mine, name), getattr(theirs, name), f"{field}.{name}"
+        if not (isinstance(mine, Strict) and isinstance(theirs, Strict)):
+            break
+    raise InputFileError(
+        f"{at}: phase {record.phase}: {field} {have}, but phase {before.phase}, whose "
+        f"decision the resume keeps (its layout {before.layout.label()}, weighing the move "
+        f"from the same horizon.previous), has {want}: a resume keeps its phase's decision "
+        "whole (one of the two records was edited)"
+    )
 
 
 def _end(record: PhaseRecord) -> tuple[int, bool]:
