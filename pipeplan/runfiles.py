@@ -225,7 +225,7 @@ def _check_earlier_end(
             "from its records"
         )
     length = _epoch_steps(config, records)
-    if length is None:
+    if not length:
         return  # no epoch's length recorded: the end is held to nothing more
     last = config.epochs * length
     if steps > last or steps % length:
