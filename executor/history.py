@@ -23,6 +23,7 @@ from executor.checkpoint import (
     kept_manifest,
     manifest_path,
 )
+from executor.data import BUILTINS
 from pipeplan.errors import InputFileError
 from pipeplan.formats import (
     STEP_RECORDS,
@@ -57,6 +58,15 @@ def check_manifest_records(
     if manifest.model != cfg.model:
         why = f"'{manifest.model}', but the run trains '{cfg.model}'"
         raise InputFileError(f"{where}: model: {why}")
+    # Built-in data reads no file: the run writes no data.json, whose facts a manifest
+    # records (`executor.task.data_record`). Facts there were reported and calibrated from,
+    # the latest's or an older one's, where export refused them (the sixty-second round).
+    if cfg.data in BUILTINS and manifest.data_facts is not None:
+        raise InputFileError(
+            f"{where}: data_facts is not null, but the run's data '{cfg.data}' is built in: "
+            "the run writes no data.json, and its checkpoints record no facts of the data "
+            "(null); the manifest was edited"
+        )
     # The step before the checkpoint, not its epoch's record: a crash may tear the last
     # record, and a resume writes an epoch's record again (`read_records` leaves it out).
     steps = {r.step: r for r in records if isinstance(r, STEP_RECORDS)}

@@ -123,7 +123,8 @@ def check_summary(run_dir: Path, config: RunConfig, records: list) -> None:
     field, each phase's included, a resumed run's too. A summary of fewer or more steps
     than the records is one written at an earlier end, before a resume that run.jsonl
     records at that step (a resume killed since, or one from an older checkpoint that
-    rewrote the records after it: then held to nothing more). steps 7 and name "other" in a
+    rewrote the records after it: then held only to falling at an epoch's end within
+    run.json's epochs, `_check_earlier_end`). steps 7 and name "other" in a
     6-step run r1's summary were reported, exported and calibrated from (twenty-fourth
     round). InputFileError naming both files.
 
@@ -144,7 +145,7 @@ def check_summary(run_dir: Path, config: RunConfig, records: list) -> None:
         )
     expected = run_summary(config, records)
     if summary.steps != expected.steps:
-        _check_earlier_end(path, summary.steps, expected.steps, records, run_dir)
+        _check_earlier_end(path, summary.steps, expected.steps, records, config)
     records_file = run_dir / "run.jsonl"
     epochs = [r for r in records if isinstance(r, EpochRecord)]
     if (
@@ -204,18 +205,50 @@ def _ends_summed(
     return ends
 
 
-def _check_earlier_end(path: Path, steps: int, recorded: int, records: list, run_dir: Path) -> None:
+def _check_earlier_end(
+    path: Path, steps: int, recorded: int, records: list, config: RunConfig
+) -> None:
     """A summary of `steps` steps beside records of `recorded`: written at the end a resume
     continued from (a phase resumed at that step), or before a resume from an older
     checkpoint rewrote the records after it (one resumed before `steps`, the records ending
-    before it). InputFileError naming both files otherwise."""
+    before it) at an end the run could have had: an epoch's end within run.json's epochs (a
+    resume only adds epochs). Found by the sixty-second round: a resumed run's summary of
+    61 or 10^12 steps (5 epochs of 12) was read with every other field unchecked.
+    InputFileError naming both files otherwise."""
     resumes = [r.start_step for r in records if isinstance(r, PhaseRecord) and r.resumed]
-    if steps in resumes or (recorded < steps and any(s < steps for s in resumes)):
+    if steps in resumes:
         return
-    raise InputFileError(
-        f"{path}: steps is {steps}, but {run_dir / 'run.jsonl'} records {recorded} steps and "
-        f"no resume at step {steps}; the run wrote summary.json at its end, from its records"
-    )
+    said = f"{path}: steps is {steps}, but {path.with_name('run.jsonl')} records {recorded} steps"
+    if recorded > steps or not any(s < steps for s in resumes):
+        raise InputFileError(
+            f"{said} and no resume at step {steps}; the run wrote summary.json at its end, "
+            "from its records"
+        )
+    length = _epoch_steps(config, records)
+    if not length:
+        return  # no epoch's length recorded: the end is held to nothing more
+    last = config.epochs * length
+    if steps > last or steps % length:
+        where = (
+            f"past run.json's {config.epochs} epochs (they end at step {last})"
+            if steps > last
+            else f"inside epoch {steps // length}"
+        )
+        raise InputFileError(
+            f"{said}, no resume at step {steps}, and epochs of {length} steps: step {steps} is "
+            f"{where}; the run wrote summary.json at an epoch's end"
+        )
+
+
+def _epoch_steps(config: RunConfig, records: list) -> int | None:
+    """The steps of the run's epochs: what an epoch record, else a solved phase's horizon
+    (whole global batches), says (`formats.run` holds them to one length); None if none."""
+    for record in records:
+        if isinstance(record, EpochRecord):
+            return record.steps
+    horizons = (r.pricing.horizon for r in records if isinstance(r, PhaseRecord))
+    horizon = next((h for h in horizons if h is not None), None)
+    return None if horizon is None else horizon.samples // config.global_batch
 
 
 def _first_field_differing(have: object, want: object, name: str = "") -> tuple | None:

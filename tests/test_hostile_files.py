@@ -812,6 +812,54 @@ def test_a_plan_that_contradicts_itself_is_refused(self_plan, tmp_path, capsys, 
     assert load(Plan, plan).predicted_total_s == self_plan["predicted_total_s"]
 
 
+@pytest.fixture(scope="module")
+def pinned_plan(tmp_path_factory) -> dict:
+    """`self_plan`'s, pinned to 1 stage and made without the cache."""
+    path = tmp_path_factory.mktemp("pinned") / "p.json"
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--devices-per-node"]
+    argv += ["2", "--global-batch", "64", "--samples", "1438", "--epochs", "6", "--stages", "1"]
+    assert cli.main([*argv, "--freeze-schedule", "0,5", "--no-cache", "--out", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+# A runner-up of phase 1 the plan's solver could not have listed: (its layout's change, the line).
+UNSEARCHED = {
+    "off the pins": (
+        dict(boundaries=[0, 5, 10], rank_map=[[0, 1]], micro_batches=2),
+        "phase 1: runner_ups[0]: its layout's num_stages 2 is not the pinned 1",
+    ),
+    "cached": (dict(cached=True), "phase 1: runner_ups[0] reads the cache of a plan made without"),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", UNSEARCHED)
+def test_a_plans_runner_ups_keep_its_pins_and_its_cache(pinned_plan, tmp_path, capsys, case):
+    """Found by the sixty-second round: a runner-up of 2 stages in a plan pinned to 1 (faster
+    than its phase), or a cached one in a plan made without the cache, each priced as the
+    planner prices it, was run and copied into the run: runner-ups were held to memory and
+    to being listed once, not to the plan's pins and cache. The solver searched them as it
+    searched their phase: each is refused in one line naming the phase and the runner-up."""
+    from pipeplan.costmodel import CostModel
+    from pipeplan.formats import Layout, Profile, load
+    from pipeplan.formats.cluster import Cluster
+    from pipeplan.plan import _r
+
+    doc = json.loads(json.dumps(pinned_plan))
+    assert doc["inputs"]["pinned"] == {"num_stages": 1} and doc["inputs"]["cache"] is False
+    phase = doc["phases"][1]
+    layout = {**phase["layout"], **UNSEARCHED[case][0]}
+    profile = load(Profile, shipped_profile("vit-digits", "cpu"))
+    model = CostModel(profile, Cluster.model_validate(doc["inputs"]["cluster"]))
+    evaluation = model.evaluate(Layout(**layout), record=False)
+    assert evaluation.fits  # what the planner could list, but for its pins and cache
+    phase["runner_ups"] = [{"layout": layout, "step_s": _r(evaluation.step_s)}]
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps(doc))
+    argv = ["run", "--plan", str(plan), "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    refused([*argv, "--name", "x"], tmp_path, capsys, (str(plan), UNSEARCHED[case][1]))
+
+
 @pytest.mark.timeout(120)
 def test_a_plan_freezing_the_models_head_names_the_plan(self_plan, tmp_path, capsys):
     """Fourteenth round: a plan's freeze schedule the run's model cannot follow (10 frozen of

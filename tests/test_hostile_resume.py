@@ -34,7 +34,7 @@ from test_report import elastic_records, write_run
 from text_data import reviews, write_jsonl
 
 import cli
-from pipeplan.errors import BadArgumentError, Stopped, quoted
+from pipeplan.errors import BadArgumentError, InputFileError, Stopped, quoted
 
 MORE = ["--epochs", "2"]  # a resume that has an epoch to train: only the damage stops it
 
@@ -361,7 +361,9 @@ FACTS |= {"padded": False, "augmented": False}
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "command, case",
-    [(c, "sum") for c in ("report", "calibrate")] + [(c, "facts") for c in ("export", "resume")],
+    [(c, "sum") for c in ("report", "calibrate")]
+    + [(c, "facts") for c in ("report", "calibrate", "export", "resume")]
+    + [(c, "latest facts") for c in ("report", "calibrate")],
 )
 def test_an_older_manifest_is_held_to_the_latests_rules_by_every_command(
     mid_epoch_run, tmp_path, capsys, command, case
@@ -371,22 +373,24 @@ def test_an_older_manifest_is_held_to_the_latests_rules_by_every_command(
     rule needed the model, which only they build); and step-2's data_facts added in a run
     of built-in data (no data.json) was exported and resumed from, though the latest
     manifest's were refused. report and calibrate take the layers with parameters from the
-    profile, and export and resume hold every kept manifest to data.json as the latest."""
+    profile, and export and resume hold every kept manifest to data.json as the latest.
+    Found by the sixty-second round: those data_facts, in step-2's manifest or the latest's,
+    were still reported and calibrated from; a run of built-in data writes no data.json and
+    records no facts, so every command holds each manifest to that (`check_manifest_records`)."""
     run = copy_run(mid_epoch_run, tmp_path)
     assert not (run / "data.json").exists()
-    path = run / "checkpoints" / "step-2" / "manifest.json"
+    step = "step-3" if case == "latest facts" else "step-2"
+    path = run / "checkpoints" / step / "manifest.json"
     doc = json.loads(path.read_text())
     if case == "sum":
         doc["grad_norm_sums"] = _without_layer_9(doc)
         fragment = "grad_norm_sums: layer 9 is missing, but grad_norm_steps is 2"
     else:
         doc["data_facts"] = FACTS
-        fragment = f"data.json: no such file, but checkpoint step-2 ({path}) recorded 5 training"
+        fragment = "data_facts is not null, but the run's data 'digits' is built in: the run "
+        fragment += "writes no data.json, and its checkpoints record no facts of the data (null)"
     path.write_text(json.dumps(doc))
-    # Built-in data never had a data.json: the manifest may be the one edited.
-    edited = "data.json was deleted or the checkpoint's manifest.json edited since the run"
-    said = (str(path), fragment) if case == "sum" else (str(path), fragment, edited)
-    refused(_commands(run, tmp_path)[command], tmp_path, capsys, said)
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, (f"{path}: {fragment}",))
     assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
 
 
@@ -2253,6 +2257,37 @@ def test_a_summary_of_the_end_a_resume_continued_from_is_read(boundary_resumed, 
     summary.write_text(json.dumps({**doc, "steps": EPOCH - 1}))
     fragment = f"{summary}: steps is {EPOCH - 1}, but {run / 'run.jsonl'} records {2 * EPOCH}"
     refused(["report", str(run)], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_summary_of_more_steps_ends_at_an_epochs_end_within_run_jsons(
+    boundary_resumed, tmp_path, capsys
+):
+    """Found by the sixty-second round: a resumed run's summary.json of 61 or 10^12 steps (5
+    epochs of 12, records of 60) was reported and exported with every other field unchecked,
+    taken for one written before a resume from an older checkpoint rewrote the records. Such
+    an end falls at an epoch's end within run.json's epochs (a resume only adds epochs): any
+    other is refused in one line naming summary.json's steps."""
+    from pipeplan.formats import RunConfig, load, read_records
+    from pipeplan.runfiles import check_summary
+
+    run = copy_run(boundary_resumed, tmp_path)
+    summary = run / "summary.json"
+    doc = json.loads(summary.read_text())
+    for steps in (2 * EPOCH + 1, 10**12):
+        summary.write_text(json.dumps({**doc, "steps": steps, "total_s": 99999.0}))
+        fragment = (f"{summary}: steps is {steps}, but", "past run.json's 2 epochs (they end at")
+        refused(["report", str(run)], tmp_path, capsys, fragment)
+    # Records a resume from step-5 rewrote up to its phase: an end at an epoch's end (step 10)
+    # is one the run could have had; one inside an epoch is not.
+    config, records = load(RunConfig, run / "run.json"), read_records(run / "run.jsonl")
+    cut = next(i for i, r in enumerate(records) if getattr(r, "resumed", False))
+    summary.write_text(json.dumps({**doc, "steps": 2 * EPOCH}))
+    check_summary(run, config, records[: cut + 1])
+    summary.write_text(json.dumps({**doc, "steps": EPOCH + 1}))
+    with pytest.raises(InputFileError, match=f"steps is {EPOCH + 1}, .* inside epoch 1;"):
+        check_summary(run, config, records[: cut + 1])
 
 
 @pytest.mark.multiprocess

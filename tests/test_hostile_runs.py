@@ -1781,6 +1781,15 @@ def _step_slower_than_its_slowest_rank(lines: list[dict]) -> tuple[int, str]:
     return i, f"step {lines[i]['step']}: step_s {2 * slowest!r} is longer than its slowest rank's"
 
 
+def _rank_parts_past_its_step_on_cpu(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "step")
+    rank = lines[i]["ranks"][0]
+    rank["step_s"] = lines[i]["step_s"]  # its step timed, as the executor times it
+    rank["wait_s"] = 0.99 * rank["step_s"]  # beside its forward: about twice the step
+    parts = "input_s + fwd_s + bwd_s + wait_s + allreduce_s + optimizer_s"
+    return i, f"step {lines[i]['step']}: rank 0: its parts ({parts}) add up to "
+
+
 def _peak_memory_on_cpu(lines: list[dict]) -> tuple[int, str]:
     i = _last(lines, "step")
     lines[i]["ranks"][0]["peak_memory_bytes"] = 10**15
@@ -1803,6 +1812,7 @@ STEP_CONTRADICTIONS = [
     _rank_forward_beyond_its_step,
     _rank_slower_than_its_step,
     _step_slower_than_its_slowest_rank,
+    _rank_parts_past_its_step_on_cpu,
     _peak_memory_on_cpu,
     _cluster_of_another_world,
 ]
@@ -1819,7 +1829,10 @@ def test_records_that_contradict_their_own_steps_are_refused(tmp_path, capsys, c
     samples/s over 10 steps of 64 in 2 s, a train loss of 99 over steps of 2.3, gradient norms
     of layer 99 of a 10-layer model or of layer '03' beside '3', a rank's 100 s forward in a
     step of 0.17 s, a peak GPU memory on a CPU run; and a phase's cluster edited to 8 devices
-    was blamed on the next line's step ranks. Each is refused on its own line and field."""
+    was blamed on the next line's step ranks. Each is refused on its own line and field.
+    Found by the sixty-second round: a CPU run's rank whose parts add up to about twice its
+    step_s was reported, and calibrate only warned and left its phase out (exit 0); on CPU
+    the wait is the remainder, so the parts add up to the step: refused, naming the sum."""
     run, argv = _readable(tmp_path, command)
     refused(argv, tmp_path, capsys, _damaged(run, damage))
 
@@ -2101,6 +2114,47 @@ def test_the_horizons_of_a_resumed_run_are_read(horizons_run, tmp_path, flags):
     phases = [line for line in _lines(run) if line["kind"] == "phase"]
     assert [p["resumed"] for p in phases] == [False, False, False, True]
     assert cli.main(["report", str(run)]) == 0
+
+
+@pytest.fixture(scope="module")
+def horizons_resumed(horizons_run, tmp_path_factory) -> Path:
+    """`_resumed_at_step_6` without flags: phase 3 (line 12) keeps phase 2's decision whole."""
+    return _resumed_at_step_6(horizons_run, tmp_path_factory.mktemp("kept"))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "field, value, was",
+    [
+        (("calibration",), "online", "none"),
+        (("profile",), "other.json", "profile.json"),
+        (("horizon", "epochs"), 2, "1"),
+        # (Its horizon's cache edited: named by its cached layout's own rule.)
+        (("horizon", "samples"), 128, "192"),
+    ],
+    ids=lambda value: str(value),
+)
+def test_a_kept_phases_pricing_edited_is_named(
+    horizons_resumed, tmp_path, capsys, field, value, was
+):
+    """Found by the sixty-second round: in a resumed run, the phase record --resume keeps
+    whole from its predecessor (`Worker.kept_phase`: its horizon.previous is the
+    predecessor's) with its calibration, profile, horizon epochs or samples edited was refused
+    as a `pricing.horizon.previous` nobody edited ("a phase weighs moving from the layout it
+    follows"). The line names the field that differs from the phase it keeps."""
+    run = copy_run(horizons_resumed, tmp_path)
+    lines = _lines(run)
+    kept = lines[11]
+    assert kept["resumed"] and kept["layout"] == lines[10]["layout"]
+    pricing = kept["pricing"]
+    for key in field[:-1]:
+        pricing = pricing[key]
+    pricing[field[-1]] = value
+    _rewrite(run, lines)
+    name = ".".join(field)
+    fragment = f"run.jsonl:12: phase 3: pricing.{name} {value}, but phase 2, whose decision"
+    refused(["report", str(run)], tmp_path, capsys, (fragment, f"has {was}: a resume keeps"))
 
 
 def _refused_by_report_and_calibrate(run: Path, tmp_path: Path, capsys, fragment) -> None:

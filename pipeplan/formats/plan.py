@@ -459,6 +459,13 @@ class Plan(Versioned):
                     )
             if phase.layout.cached and not self.inputs.cache:
                 raise ValueError(f"phase {i} reads the cache of a plan made without one")
+            # Its runner-ups were searched as it was (the sixty-second round: a cached one
+            # passed in a --no-cache plan).
+            for j, other in enumerate(phase.runner_ups):
+                if other.layout.cached and not self.inputs.cache:
+                    raise ValueError(
+                        f"phase {i}: runner_ups[{j}] reads the cache of a plan made without one"
+                    )
         return self
 
     @model_validator(mode="after")
@@ -480,8 +487,9 @@ class Plan(Versioned):
     @model_validator(mode="after")
     def _phases_keep_pins(self) -> Plan:
         """What the user pinned (`--stages`, `--replicas`, `--micro-batches`, `--schedule`,
-        `--boundaries`: `pipeplan.plan._pins_dict`) every phase's layout has: the solver
-        searches only layouts that do."""
+        `--boundaries`: `pipeplan.plan._pins_dict`) every phase's layout has, and each of its
+        runner-ups: the solver searches only layouts that do (the sixty-second round: a 1x2
+        runner-up passed in a --stages 2 plan, faster than its pinned phase)."""
         for key, value in self.inputs.pinned.items():
             if key not in PINNED:
                 raise ValueError(f"inputs.pinned: {key!r} is not a pin ({', '.join(PINNED)})")
@@ -491,6 +499,13 @@ class Plan(Versioned):
                     raise ValueError(
                         f"phase {i}: its layout's {key} {held!r} is not the pinned {value!r}"
                     )
+                for j, other in enumerate(phase.runner_ups):
+                    held = PINNED[key](other.layout)
+                    if held != value:
+                        raise ValueError(
+                            f"phase {i}: runner_ups[{j}]: its layout's {key} {held!r} is not "
+                            f"the pinned {value!r}"
+                        )
         return self
 
     @model_validator(mode="after")

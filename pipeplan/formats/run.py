@@ -1208,7 +1208,8 @@ class _Horizons:
     answer a run). A phase taken from a plan file has none (a solved phase without one is
     held to nothing: its epochs say their length). A phase a resume continues
     (`Worker.kept_phase`: its predecessor's decision copied whole) is its predecessor's and
-    is held to nothing more. An edited horizon was reported (a run "of 12, 1000 steps" an
+    is held to nothing more; one whose pricing differs from it is named so
+    (`_check_kept_pricing`). An edited horizon was reported (a run "of 12, 1000 steps" an
     epoch) and worded a failure's step (the fifty-eighth round). Each is blamed on its own
     phase where the epochs or run.json tell which; else both phases are named.
 
@@ -1250,6 +1251,8 @@ class _Horizons:
         self.priced.append((record, attempt, kept, at))
         if kept:
             return
+        if record.resumed and before is not None:
+            _check_kept_pricing(record, before, at)
         previous = before.layout if before is not None else None
         if horizon.previous is None and before is not None and not record.resumed:
             raise InputFileError(
@@ -1381,6 +1384,34 @@ class _Horizons:
                 f"{record.pricing.horizon.epochs} from epoch {record.start_epoch} ends the run "
                 f"{_ending(end, exact)}, but run.json says epochs {epochs}: {why}"
             )
+
+
+def _check_kept_pricing(record: PhaseRecord, before: PhaseRecord, at: str) -> None:
+    """A phase entered by --resume in its predecessor's layout, weighing a move from the
+    layout its predecessor weighed (`horizon.previous`, not the predecessor's own, which a
+    phase planned anew weighs), is its predecessor's decision kept whole (`Worker.kept_phase`):
+    a pricing that differs was edited, in one of the two records. Found by the sixty-second
+    round: its calibration, profile, horizon epochs or cache edited was blamed on
+    `pricing.horizon.previous`, which the resume copied and nobody edited. InputFileError
+    naming the field that differs."""
+    said, was = record.pricing.horizon, before.pricing.horizon
+    if was is None or record.layout != before.layout or said.previous != was.previous:
+        return
+    mine, theirs, field = record.pricing, before.pricing, "pricing"
+    while True:  # down to the differing value: "pricing.horizon.epochs", not the horizon
+        differs = first_difference(mine, theirs)
+        if differs is None:  # equal as written: the same decision
+            return
+        name, have, want = differs
+        mine, theirs, field = getattr(mine, name), getattr(theirs, name), f"{field}.{name}"
+        if not (isinstance(mine, Strict) and isinstance(theirs, Strict)):
+            break
+    raise InputFileError(
+        f"{at}: phase {record.phase}: {field} {have}, but phase {before.phase}, whose "
+        f"decision the resume keeps (its layout {before.layout.label()}, weighing the move "
+        f"from the same horizon.previous), has {want}: a resume keeps its phase's decision "
+        "whole (one of the two records was edited)"
+    )
 
 
 def _end(record: PhaseRecord) -> tuple[int, bool]:
@@ -1789,13 +1820,22 @@ FORWARD_ONLY_ZERO = ("bwd_s", "allreduce_s", "optimizer_s")
 # micro-batches: a part may come out a little over the whole, never by more than this.
 PART_TOLERANCE_S = 1e-3
 RANK_PARTS = ("fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
+# On CPU a rank's parts are spans of its step on one host clock, its wait the remainder of the
+# schedule's span (`executor.parallel`) and its input time added to the step (the worker): they
+# sum to its step_s up to float rounding. 124,740 rank records of CPU runs (the sixty-second
+# round's and earlier rounds' runs) sum to theirs within 4e-16 of it; this leaves room for
+# rounding, none for a time a rank could have spent outside its parts.
+CPU_PARTS_TOLERANCE_REL = 1e-9
+CPU_PARTS = ("input_s", *RANK_PARTS[:-1])  # in calibrate's order (`calibrate.RANK_PARTS`)
 
 
 def _check_rank_times(step: StepRecord, where: str, config: RunConfig | None) -> None:
     """A step's step_s is its slowest rank's (`executor.records.step_record`), and each part
     of a rank's step is timed within the rank's: no rank's step_s, nor any part of it, is
-    longer than the step's. A CPU run records no peak memory (it is CUDA's allocator's). A
-    rank's 100 s forward inside a step of 0.17 s was reported and calibrated from."""
+    longer than the step's. A CPU run records no peak memory (it is CUDA's allocator's), and
+    its ranks' parts add up to their step_s (CPU_PARTS_TOLERANCE_REL). A rank's 100 s forward
+    inside a step of 0.17 s was reported and calibrated from; on CPU, parts of twice the
+    rank's step (the sixty-second round), calibrate only warned of."""
     limit = step.step_s * (1 + RATE_TOLERANCE_REL) + PART_TOLERANCE_S
     # Nor is the step longer than its slowest rank's. Records that time only the parts (every
     # rank's step_s 0: hand-made ones) have no rank time to hold it to.
@@ -1813,11 +1853,23 @@ def _check_rank_times(step: StepRecord, where: str, config: RunConfig | None) ->
                     f"{where}: step {step.step}: rank {times.rank}: {part} {value!r} is longer "
                     f"than the step's step_s {step.step_s!r}, its slowest rank's"
                 )
-        if config is not None and config.device == "cpu" and times.peak_memory_bytes is not None:
+        if config is None or config.device != "cpu":
+            continue  # on CUDA a host clock around asynchronous work: calibrate judges them
+        if times.peak_memory_bytes is not None:
             raise InputFileError(
                 f"{where}: step {step.step}: rank {times.rank}: peak_memory_bytes "
                 f"{times.peak_memory_bytes} on a CPU run (run.json's device): the peak is "
                 "CUDA's device memory, null on CPU"
+            )
+        parts = sum(getattr(times, part) for part in CPU_PARTS)
+        # A rank's step_s 0: hand-made records that time only the parts (as calibrate's
+        # `parts_add_up`).
+        if times.step_s and not math.isclose(parts, times.step_s, rel_tol=CPU_PARTS_TOLERANCE_REL):
+            raise InputFileError(
+                f"{where}: step {step.step}: rank {times.rank}: its parts "
+                f"({' + '.join(CPU_PARTS)}) add up to {parts!r}, but its step_s is "
+                f"{times.step_s!r}: on a CPU run (run.json's device) the wait is the remainder, "
+                "so they add up to it"
             )
 
 
