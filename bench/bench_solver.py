@@ -26,7 +26,7 @@ from importlib import resources
 import numpy as np
 
 from pipeplan.cluster import cluster_from_flags
-from pipeplan.costmodel import CostModel, CostParams
+from pipeplan.costmodel import EXACT_FAMILY_MAPS, MIRRORED_MAX_NODES, CostModel, CostParams
 from pipeplan.costmodel import every_rank_map as all_maps
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.formats import (
@@ -154,7 +154,11 @@ def family_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...
     transposed), "spread" and "spread-rings" (pipelines and rings over the node-interleaved
     device order), "consecutive" (replica d on ranks d·S..); rows sorted; a map on the same
     nodes as an earlier one (replicas in any order) once; one map on one node or with one
-    device a node."""
+    device a node. Then every map (`all_maps`) where there are at most EXACT_FAMILY_MAPS
+    multisets of D non-decreasing node rows, else on up to MIRRORED_MAX_NODES nodes each
+    member's mirror (stage s on node N−1−n where stage S−1−s was on node n, each node's
+    cells on its lowest devices in row order); the planner keeps one of the maps priced
+    alike, which gives the same best."""
     order = [n * G + i for i in range(G) for n in range(nodes)]
     rings = packed_maps(D, S, G, nodes)
     candidates = [
@@ -171,6 +175,21 @@ def family_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...
         if on not in seen:
             seen.add(on)
             result.append(ranks)
+    if nodes == 1 or G == 1:
+        return result
+    if math.comb(math.comb(nodes + S - 1, S) + D - 1, D) <= EXACT_FAMILY_MAPS:
+        return result + all_maps(S, D, G, nodes)
+    if nodes > MIRRORED_MAX_NODES:
+        return result
+    for ranks in list(result):
+        used = [0] * nodes
+        mirror = []
+        for row in ranks:
+            mirror.append([])
+            for node in [nodes - 1 - r // G for r in reversed(row)]:
+                mirror[-1].append(node * G + used[node])
+                used[node] += 1
+        result.append(tuple(map(tuple, mirror)))
     return result
 
 

@@ -489,32 +489,8 @@ class CostModel:
     def _prefix_boundaries(
         self, rank_map: Sequence[Sequence[int]]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`boundary_crosses_nodes` and `boundary_shares` of every prefix of the map's replicas,
-        and whether some replica's transfer stays in its node: row d holds those of replicas
-        0..d ([D, S−1] each). Row by row, a transfer's share on its node's link is its rank
-        among the crossing transfers out of (or into) that node so far, and a prefix's share
-        is the running maximum."""
-        nodes = self.node_map(rank_map)
-        D = nodes.shape[0]
-        crossing = nodes[:, :-1] != nodes[:, 1:]
-        crosses = np.logical_or.accumulate(crossing, axis=0)
-        stays = np.logical_or.accumulate(~crossing, axis=0)
-        shares = np.ones(crossing.shape, dtype=np.int64)
-        if not crossing.any():
-            return crosses, shares, stays
-        rows = np.arange(D)[:, None]
-        for side in (nodes[:, :-1], nodes[:, 1:]):
-            node = np.where(crossing, side, -1)  # -1: this transfer stays in its node
-            order = np.argsort(node, axis=0, kind="stable")
-            ordered = np.take_along_axis(node, order, axis=0)
-            starts = np.ones(ordered.shape, dtype=bool)
-            starts[1:] = ordered[1:] != ordered[:-1]
-            first = np.maximum.accumulate(np.where(starts, rows, 0), axis=0)
-            count = np.empty(node.shape, dtype=np.int64)
-            np.put_along_axis(count, order, rows - first + 1, axis=0)
-            count[~crossing] = 0
-            shares = np.maximum(shares, np.maximum.accumulate(count, axis=0))
-        return crosses, shares, stays
+        """`prefix_boundaries` of the map's nodes."""
+        return prefix_boundaries(self.node_map(rank_map))
 
     def boundary_links(self, rank_map: Sequence[Sequence[int]]) -> list[Link]:
         """Link between stage s and s+1 as its transfer sees it: inter-node if any replica
@@ -871,6 +847,23 @@ def _held(layout: Layout, num_devices: int) -> tuple[np.ndarray, np.ndarray]:
 # on one node there is one map.
 PACKED = "packed"
 PLACEMENTS = (PACKED, "rings", "spread", "spread-rings", "consecutive")
+# What `placement_family` adds to them, each kept only where no earlier member is priced the
+# same (`_priced_alike`): where (S, D) has at most EXACT_FAMILY_MAPS node assignments on the
+# cluster (multisets of D non-decreasing node rows, counted before the devices' limit),
+# every one of them (MAP + its index in `every_rank_map`): the family is then exact; else,
+# on up to MIRRORED_MAX_NODES nodes, the mirror of each member (MIRRORED + its name,
+# `mirrored`): the stage order and the node order reversed, so a pipeline that crosses nodes
+# after node 0 fills crosses as far from its end, e.g. [[0, 2, 3]] on 2 × 2 from "packed"'s
+# [[0, 1, 2]] (the sixty-second round: 10.5 % faster where the first boundary carries the
+# least) and [[0, 3], [4, 5]] on 2 × 3 from "consecutive". The two bounds are measured
+# (docs/architecture.md §4.10): with mirrors, every (S, D) of up to 2 × 3 devices is exact;
+# 16 would make 2 × 4's too but costs bert-large's plan on 2 × 8 +20 % CPU and its
+# work-limited searches their pinned-search parity (8: +8 %); mirrors cost +10 % on 4 × 8
+# and +23 % on 64 × 8.
+EXACT_FAMILY_MAPS = 8
+MIRRORED_MAX_NODES = 4
+MIRRORED = "mirrored "
+MAP = "map "
 
 
 def rank_map(
@@ -897,6 +890,10 @@ def placement_array(
     S, D, G = num_stages, replicas, devices_per_node
     if placement == PACKED:
         return rank_array(S, D, G, nodes)
+    if placement.startswith(MIRRORED):
+        return mirrored(placement_array(placement[len(MIRRORED) :], S, D, G, nodes), G, nodes)
+    if placement.startswith(MAP):
+        return np.array(_every_rank_map(S, D, G, nodes)[int(placement[len(MAP) :])])
     if placement == "rings":
         ranks = rank_array(D, S, G, nodes).T
     elif placement == "consecutive":
@@ -912,14 +909,96 @@ def placement_array(
     return np.sort(ranks, axis=1)
 
 
+def placement_index(placement: str) -> int:
+    """A placement's number (the solver's shape columns): its index in PLACEMENTS, then
+    their mirrors, then the maps of `every_rank_map` (`placement_name` inverts it).
+
+    >>> placement_index("mirrored rings"), placement_index("map 3")
+    (6, 13)"""
+    n = len(PLACEMENTS)
+    if placement.startswith(MIRRORED):
+        return n + PLACEMENTS.index(placement[len(MIRRORED) :])
+    if placement.startswith(MAP):
+        return 2 * n + int(placement[len(MAP) :])
+    return PLACEMENTS.index(placement)
+
+
+def placement_name(index: int) -> str:
+    """The placement numbered `index` (`placement_index`)."""
+    n = len(PLACEMENTS)
+    if index < n:
+        return PLACEMENTS[index]
+    return MIRRORED + PLACEMENTS[index - n] if index < 2 * n else f"{MAP}{index - 2 * n}"
+
+
+def mirrored(ranks: np.ndarray, devices_per_node: int, nodes: int) -> np.ndarray:
+    """The map with the stage order and the node order reversed (stage s of a replica on
+    node N−1−n where its stage S−1−s was on node n; rows stay non-decreasing), each node's
+    cells on its lowest devices in row order.
+
+    >>> mirrored(np.array([[0, 1, 2]]), 2, 2).tolist()  # the crossing moves to boundary 0
+    [[0, 2, 3]]"""
+    node = nodes - 1 - (ranks // devices_per_node)[:, ::-1]
+    flat = node.reshape(-1)
+    order = np.argsort(flat, kind="stable")
+    ordered = flat[order]
+    starts = np.ones(ordered.size, dtype=bool)
+    starts[1:] = ordered[1:] != ordered[:-1]
+    cells = np.arange(ordered.size)
+    position = cells - np.maximum.accumulate(np.where(starts, cells, 0))
+    result = np.empty_like(flat)
+    result[order] = ordered * devices_per_node + position
+    return result.reshape(node.shape)
+
+
+def _priced_alike(ranks: np.ndarray, devices_per_node: int) -> tuple:
+    """What the cost model reads from a map's nodes (node names aside, which no price
+    depends on): per boundary whether some transfer crosses nodes, the most sharing a
+    node's link and whether some stays in a node (`boundary_links`); per stage whether its
+    ring spans nodes and whether two of its ranks share one (`allreduce_links`); per node
+    the stages whose ring crosses its link (`allreduce_nodes`, as the simulator's shared
+    links read them). Two maps alike in these are priced the same in every layout."""
+    nodes = ranks // devices_per_node
+    crosses, shares, stays = (rows[-1] for rows in prefix_boundaries(nodes))
+    ordered = np.sort(nodes, axis=0)
+    spans = ordered[0] != ordered[-1]
+    shared = (ordered[1:] == ordered[:-1]).any(axis=0)
+    S = nodes.shape[1]
+    keys = np.unique((nodes * S + np.arange(S))[:, spans])
+    node, stage = keys // S, keys % S
+    groups = np.split(stage, np.flatnonzero(node[1:] != node[:-1]) + 1) if keys.size else []
+    rings = tuple(sorted(tuple(group.tolist()) for group in groups))
+    return (*(x.tobytes() for x in (crosses, shares, stays, spans, shared)), rings)
+
+
+def _multisets_at_most(kinds: int, chosen: int, most: int) -> bool:
+    """Whether C(kinds + chosen − 1, chosen) ≤ `most`, without computing more of it."""
+    count = 1
+    for i in range(1, chosen + 1):
+        count = count * (kinds + i - 1) // i
+        if count > most:
+            return False
+    return True
+
+
+@lru_cache(maxsize=256)
+def _every_rank_map(S: int, D: int, G: int, nodes: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """`every_rank_map`, kept (small (S, D) only: `placement_family`)."""
+    return tuple(every_rank_map(S, D, G, nodes))
+
+
 def placement_family(
     num_stages: int, replicas: int, devices_per_node: int, nodes: int
 ) -> list[tuple[str, np.ndarray]]:
     """The members of PLACEMENTS for (S, D), in order, without those whose node assignment
     (the node of every (replica, stage) cell, replicas in any order) an earlier member
     already has: a step's time depends on the nodes only, and replicas are interchangeable,
-    so such a map would be priced the same. On one node, or one device a node, only
-    "packed"."""
+    so such a map would be priced the same; then every node assignment where there are few,
+    else (on a few nodes) each member's mirror, those priced unlike every member
+    (EXACT_FAMILY_MAPS). On one node, or one device a node, only "packed".
+
+    >>> [name for name, _ in placement_family(3, 1, 2, 2)]  # [[0, 1, 2]], [[0, 2, 3]]
+    ['packed', 'map 1']"""
     family = [(PACKED, rank_array(num_stages, replicas, devices_per_node, nodes))]
     if nodes == 1 or devices_per_node == 1:
         # One node: one assignment. One device a node: every map puts each cell on a node of
@@ -942,7 +1021,55 @@ def placement_family(
         if not any(np.array_equal(assigned, other) for other in seen):
             family.append((placement, ranks))
             seen.append(assigned)
+    # The maps PLACEMENTS miss (EXACT_FAMILY_MAPS): every node assignment where there are
+    # few, else the members' mirrors; each only where no member is priced alike.
+    S, D, G = num_stages, replicas, devices_per_node
+    if _multisets_at_most(nodes, S, EXACT_FAMILY_MAPS) and _multisets_at_most(
+        math.comb(nodes + S - 1, S), D, EXACT_FAMILY_MAPS
+    ):
+        extra = [
+            (f"{MAP}{i}", np.array(ranks))
+            for i, ranks in enumerate(_every_rank_map(S, D, G, nodes))
+        ]
+    elif nodes <= MIRRORED_MAX_NODES:
+        extra = [(MIRRORED + placement, mirrored(ranks, G, nodes)) for placement, ranks in family]
+    else:
+        return family
+    alike = {_priced_alike(ranks, G) for _, ranks in family}
+    for placement, ranks in extra:
+        priced = _priced_alike(ranks, G)
+        if priced not in alike:
+            family.append((placement, ranks))
+            alike.add(priced)
     return family
+
+
+def prefix_boundaries(nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`CostModel.boundary_crosses_nodes` and `boundary_shares` of every prefix of a map's
+    replicas (`nodes`: [replica, stage] → node), and whether some replica's transfer stays in
+    its node: row d holds those of replicas 0..d ([D, S−1] each). Row by row, a transfer's
+    share on its node's link is its rank among the crossing transfers out of (or into) that
+    node so far, and a prefix's share is the running maximum."""
+    D = nodes.shape[0]
+    crossing = nodes[:, :-1] != nodes[:, 1:]
+    crosses = np.logical_or.accumulate(crossing, axis=0)
+    stays = np.logical_or.accumulate(~crossing, axis=0)
+    shares = np.ones(crossing.shape, dtype=np.int64)
+    if not crossing.any():
+        return crosses, shares, stays
+    rows = np.arange(D)[:, None]
+    for side in (nodes[:, :-1], nodes[:, 1:]):
+        node = np.where(crossing, side, -1)  # -1: this transfer stays in its node
+        order = np.argsort(node, axis=0, kind="stable")
+        ordered = np.take_along_axis(node, order, axis=0)
+        starts = np.ones(ordered.shape, dtype=bool)
+        starts[1:] = ordered[1:] != ordered[:-1]
+        first = np.maximum.accumulate(np.where(starts, rows, 0), axis=0)
+        count = np.empty(node.shape, dtype=np.int64)
+        np.put_along_axis(count, order, rows - first + 1, axis=0)
+        count[~crossing] = 0
+        shares = np.maximum(shares, np.maximum.accumulate(count, axis=0))
+    return crosses, shares, stays
 
 
 def rank_array(num_stages: int, replicas: int, devices_per_node: int, nodes: int) -> np.ndarray:

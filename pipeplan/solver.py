@@ -33,12 +33,13 @@ import numpy as np
 from pipeplan.costmodel import (
     KEPT_RANK_CELLS,
     PACKED,
-    PLACEMENTS,
     BoundedCache,
     CostModel,
     Evaluation,
     PhaseCosts,
     placement_family,
+    placement_index,
+    placement_name,
     rank_cells,
     slowest_link,
 )
@@ -134,7 +135,8 @@ class Shape:
     replicas: int
     micro_batches: int
     micro_batch_size: int
-    # Which rank map of (S, D) (`costmodel.PLACEMENTS`, one of `placement_family`'s).
+    # Which rank map of (S, D) (one of `costmodel.placement_family`'s: a member of
+    # PLACEMENTS, a mirror or one of every map).
     placement: str = PACKED
 
 
@@ -505,10 +507,13 @@ class _Families:
 
 
 def _columns(shapes: list[Shape]) -> np.ndarray:
-    """[shape, (S, D, M, m, placement)], the placement as its index in PLACEMENTS (0:
+    """[shape, (S, D, M, m, placement)], the placement as its `placement_index` (0:
     "packed", the closed forms' map; OTHER_PLACEMENTS as 1, the first of the others): what
     the shape bounds read, taken from tens of thousands of shapes once."""
-    index = {placement: i for i, placement in enumerate(PLACEMENTS)} | {OTHER_PLACEMENTS: 1}
+    index = {OTHER_PLACEMENTS: 1}
+    for s in shapes:
+        if s.placement not in index:
+            index[s.placement] = placement_index(s.placement)
     return np.array(
         [
             (s.num_stages, s.replicas, s.micro_batches, s.micro_batch_size, index[s.placement])
@@ -1091,17 +1096,15 @@ class PhaseSearch:
             bandwidth[other] = max(bw for _, bw in fastest)
         elif other.size:
             # One integer per (S, D, P): np.unique over columns (axis=1) costs ~30× more.
-            span = self.cluster.num_devices + 1
-            keys = (S[other].astype(np.int64) * span + D[other].astype(np.int64)) * len(
-                PLACEMENTS
-            ) + P[other].astype(np.int64)
+            span, kinds = self.cluster.num_devices + 1, int(P.max()) + 1
+            keys = (S[other].astype(np.int64) * span + D[other].astype(np.int64)) * kinds + P[
+                other
+            ].astype(np.int64)
             unique, inverse = np.unique(keys, return_inverse=True)
             fastest = np.array(
                 [
                     self._fastest_ring(
-                        int(key // len(PLACEMENTS) // span),
-                        int(key // len(PLACEMENTS) % span),
-                        int(key % len(PLACEMENTS)),
+                        int(key // kinds // span), int(key // kinds % span), int(key % kinds)
                     )
                     for key in unique
                 ]
@@ -1112,13 +1115,14 @@ class PhaseSearch:
 
     def _fastest_ring(self, S: int, D: int, placement: int) -> tuple[float, float]:
         """(the least latency, the most bandwidth) among the links `CostModel.allreduce_links`
-        prices the rings of the (S, D) map of PLACEMENTS[placement] on: a stage in one node
-        uses the in-node link, one spanning nodes the inter-node link, or the slower of both
-        per term where two of its ranks share a node. Kept per cost model."""
+        prices the rings of the (S, D) map numbered `placement` (`placement_index`) on: a
+        stage in one node uses the in-node link, one spanning nodes the inter-node link, or
+        the slower of both per term where two of its ranks share a node. Kept per cost
+        model."""
         key = (S, D, placement)
         if key not in self._families.fastest:
             model = self.model
-            ranks = self.family(S, D)[PLACEMENTS[placement]]
+            ranks = self.family(S, D)[placement_name(placement)]
             nodes = np.sort(ranks // self.cluster.devices_per_node, axis=0)
             spans = nodes[0] != nodes[-1]
             shared = (nodes[1:] == nodes[:-1]).any(axis=0)
@@ -1166,7 +1170,7 @@ class PhaseSearch:
         index_of = self._boundary_rates()[0]
         S_map = S_map.astype(int)
         keys = zip(S_map.tolist(), D.astype(int).tolist(), P.tolist(), strict=True)
-        index = [index_of[(S, D, PLACEMENTS[p])] for S, D, p in keys]
+        index = [index_of[(S, D, placement_name(p))] for S, D, p in keys]
         # The training stages are the last S: the first of them is stage S_map − S.
         return _Received(*tables[rows.group, index, :, S_map - S.astype(int)].T)
 

@@ -1,6 +1,7 @@
 """Solver: the partition DP against brute force, the search, memory, pins, errors."""
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -9,7 +10,14 @@ from hypothesis import strategies as st
 
 from pipeplan import solver
 from pipeplan.cluster import Cluster, Link, cluster_from_flags
-from pipeplan.costmodel import CostModel, CostParams, Layout, rank_map
+from pipeplan.costmodel import (
+    EXACT_FAMILY_MAPS,
+    MIRRORED_MAX_NODES,
+    CostModel,
+    CostParams,
+    Layout,
+    rank_map,
+)
 from pipeplan.costmodel import every_rank_map as all_maps
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.partition import (
@@ -158,7 +166,11 @@ def family_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...
     leftover devices in rank order), the same for rings ("rings", transposed), and the
     pipelines and rings over the node-interleaved device order ("spread", "spread-rings"),
     replica d on ranks d·S.. ("consecutive"); rows sorted; maps on the same nodes (replicas
-    in any order) once."""
+    in any order) once. Then, on two nodes or more of two devices or more: every map
+    (`all_maps`) where there are at most EXACT_FAMILY_MAPS multisets of D non-decreasing node
+    rows; else, on up to MIRRORED_MAX_NODES nodes, each member's mirror (replica d's stage s
+    on node N−1−n where its stage S−1−s was on node n, each node's cells on its lowest
+    devices in row order). The planner keeps one of the maps priced alike: the same best."""
 
     def packed(stages: int, count: int) -> list[list[int]]:
         if stages > G:
@@ -188,6 +200,22 @@ def family_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...
         if nodes_of not in seen and (not result or (nodes > 1 and G > 1)):
             seen.add(nodes_of)
             result.append(ranks)
+    if nodes == 1 or G == 1:
+        return result
+    if math.comb(math.comb(nodes + S - 1, S) + D - 1, D) <= EXACT_FAMILY_MAPS:
+        return result + all_maps(S, D, G, nodes)
+    if nodes > MIRRORED_MAX_NODES:
+        return result
+    for ranks in list(result):
+        on = [[nodes - 1 - r // G for r in reversed(row)] for row in ranks]
+        used = [0] * nodes
+        mirror = []
+        for row in on:
+            mirror.append([])
+            for node in row:
+                mirror[-1].append(node * G + used[node])
+                used[node] += 1
+        result.append(tuple(map(tuple, mirror)))
     return result
 
 
@@ -1038,15 +1066,13 @@ def test_a_slow_in_node_link_is_avoided_by_the_placement(profile_name, memory, f
 @settings(max_examples=6, deadline=None)  # 2 s each; bench_solver.py's exact mode: 1,090
 @given(seed=st.integers(0, 2**32 - 1), slow_in_node=st.booleans())
 def test_the_placement_family_against_every_rank_map_on_tiny_clusters(seed, slow_in_node):
-    """The search's rank maps are a family of a few per (S, D) (`costmodel.PLACEMENTS`), not
-    every map the executor runs. On two nodes of at most three devices: the solver returns
-    the family's optimum, and the best over every injective map of the cells into the
-    devices (`all_maps`, once per node assignment) is never slower than it (it holds the
-    family). They are equal on 110 of 110 random and 56 of 56 slow-in-node instances of this
-    file and on 1,089 of 1,090 of the benchmark's (`bench_solver.py --only exact`; the miss,
-    seed 1085, 3.3 %: 2×2 on 2 × 3 devices as [[0, 3], [4, 5]], a pipeline straddling the
-    nodes into the other replica's node, outside the family; "consecutive" closed the two
-    others, 0.2 % and 1.8 %)."""
+    """The search's rank maps are a family per (S, D) (`costmodel.placement_family`), not
+    every map the executor runs, but where (S, D) has few node assignments it holds every
+    one of them priced differently, and on two nodes each member's mirror. On two nodes of
+    at most three devices: the solver returns the family's optimum, which is the best over
+    every injective map of the cells into the devices (`all_maps`, once per node
+    assignment). Before the sixty-second round's fix the family missed 1–3 % of such
+    instances (the benchmark: 1 of 1,090; the tester's, up to 10.5 %: [[0, 2, 3]] on 2 × 2)."""
     model, batch, frozen, cached = (fast_network_instance if slow_in_node else random_instance)(
         seed
     )
@@ -1055,13 +1081,53 @@ def test_the_placement_family_against_every_rank_map_on_tiny_clusters(seed, slow
         return
     family = brute_force_best_step(model, batch, frozen, cached)
     every = brute_force_best_step(model, batch, frozen, cached, all_maps)
-    assert every <= family * (1 + 1e-9)
+    assert every == pytest.approx(family, rel=1e-9)
     try:
         solved = PhaseSearch(model, batch, frozen, cached).solve().best.step_s
     except PipeplanError:
         assert family == np.inf
         return
-    assert solved == pytest.approx(family, rel=1e-9)
+    assert solved == pytest.approx(every, rel=1e-9)
+
+
+@pytest.mark.timeout(60)
+def test_a_pipeline_may_cross_nodes_at_its_first_boundary():
+    """Found by the sixty-second round: on 2 nodes the family (packed, rings, spread,
+    spread-rings, consecutive) put a pipeline's node crossing where node 0 fills, never at
+    an earlier boundary, so with vit-digits (7 frozen layers, no cache) on 2 × 2 devices of
+    72 MiB whose network is 10 MB/s, it planned 4×1 on [[0, 1, 2, 3]] at 69.16 ms where the
+    cost model prices 3×1 [0, 7, 8, 10] on [[0, 2, 3]] (the crossing after the forward-only
+    stage, which sends no gradient back) at 68.14 ms, 1.5 % faster ([[0, 1, 2]]: 79.9 ms).
+    The family now holds every node assignment where there are at most
+    EXACT_FAMILY_MAPS (here 4 for 3×1), and elsewhere on up to MIRRORED_MAX_NODES nodes each
+    member's mirror: the plan is that layout."""
+    from pathlib import Path
+
+    from pipeplan.formats import Profile
+
+    path = Path(__file__).resolve().parent.parent / "profiles" / "vit-digits@cpu-1t.json"
+    profile = Profile.model_validate_json(path.read_text())
+    cluster = Cluster(
+        nodes=2,
+        devices_per_node=2,
+        device_memory_bytes=72 << 20,
+        intra_node=Link(bandwidth_bytes_per_s=5e9, latency_s=1e-3),
+        inter_node=Link(bandwidth_bytes_per_s=1e7, latency_s=2e-5),
+    )
+    model = CostModel(profile, cluster)
+    best = PhaseSearch(model, 48, 7, False).solve().best
+    assert (best.layout.rank_map, best.layout.boundaries) == (((0, 2, 3),), (0, 7, 8, 10))
+    assert best.step_s == pytest.approx(0.0681405, rel=1e-5)
+    late = best.layout.model_copy(update={"rank_map": ((0, 1, 2),)})
+    assert model.evaluate(late).step_s == pytest.approx(0.0798781, rel=1e-5)
+
+    from pipeplan.costmodel import mirrored, placement_family
+
+    assert mirrored(np.array([[0, 1, 2]]), 2, 2).tolist() == [[0, 2, 3]]
+    # "consecutive"'s mirror on 2 × 3: the nodes of [[0, 3], [4, 5]], the known miss before.
+    assert mirrored(np.array([[0, 1], [2, 3]]), 3, 2).tolist() == [[3, 4], [0, 5]]
+    assert [[0, 2, 3]] in [ranks.tolist() for _, ranks in placement_family(3, 1, 2, 2)]
+    assert [[0, 3], [4, 5]] in [ranks.tolist() for _, ranks in placement_family(2, 2, 3, 2)]
 
 
 @pytest.mark.timeout(120)
@@ -1188,7 +1254,9 @@ def test_a_pinned_search_on_tight_memory_does_no_more_work_than_the_free_one():
     no more work. How far past the limit the sub-searches go depends on the order of bounds
     that tie to the last bits (numpy's sums differ by CPU): within 1× on the earlier sessions'
     machine, 1.15× on an AMD EPYC (2026-12-04); 1.5× leaves a margin, where the old tree
-    went on past 100×."""
+    went on past 100×. Since the sixty-second round's mirrored rank maps the free optimum
+    is faster than the pin's: 9×1 with its first stage alone on node 0 ([[0, 8, …, 15]]),
+    1.927 s against 1.945 s."""
     model = _tight_32_blocks()
     done = {}
     for name, pins in (("free", Pins()), ("pinned", Pins(num_stages=16))):
@@ -1198,8 +1266,8 @@ def test_a_pinned_search_on_tight_memory_does_no_more_work_than_the_free_one():
     (free_work, free), (pinned_work, pinned) = done["free"], done["pinned"]
     assert free.proven and pinned.proven
     assert free_work <= 1.5 * solver.DEFAULT_WORK_LIMIT and pinned_work <= free_work
-    assert pinned.best.step_s == pytest.approx(free.best.step_s, rel=1e-12)
-    assert pinned.best.layout.num_stages == free.best.layout.num_stages == 16
+    assert free.best.step_s <= pinned.best.step_s * (1 + 1e-12)
+    assert pinned.best.layout.num_stages == 16
 
 
 @pytest.mark.timeout(60)
