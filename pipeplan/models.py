@@ -1287,7 +1287,18 @@ def _check_padding_mask(family: Family, config: Any, padding_mask: bool, name: s
             "text model"
         )
     if config.pad_token_id is None:
-        raise InputFileError(f"{name}: a padding mask needs pad_token_id in the config")
+        # Which id to set (the sixty-second round: Llama's configs carry `pad_token_id: null`,
+        # and the line did not say): the tokenizer's pad token, which a decoder without one
+        # commonly takes from its end-of-sequence token.
+        eos = getattr(config, "eos_token_id", None)
+        eos = eos[0] if isinstance(eos, list) and eos else eos
+        hint = ""
+        if isinstance(eos, int):
+            hint = f" (a decoder without one commonly pads with its eos_token_id, {eos})"
+        raise InputFileError(
+            f"{name}: a padding mask needs pad_token_id in the config, which has none: set it "
+            f"in config.json to the id your tokenizer pads with{hint}"
+        )
     _check_pad_token(config, name)
 
 

@@ -415,9 +415,14 @@ def test_unsupported_choices_are_one_line(tmp_path, family, kwargs, error, fragm
 
 @pytest.mark.parametrize("kwargs", [dict(task="classification"), dict(padding_mask=True)])
 def test_decoder_padding_needs_a_pad_token(tmp_path, kwargs):
-    path = _write_config(tmp_path, "gpt2", pad_token_id=None)
-    with pytest.raises(InputFileError, match="needs pad_token_id"):
+    path = _write_config(tmp_path, "gpt2", pad_token_id=None, eos_token_id=7)
+    with pytest.raises(InputFileError, match="needs pad_token_id") as err:
         models.build(str(path), init="random", **kwargs)
+    if "padding_mask" in kwargs:  # which id to set (the sixty-second round)
+        assert str(err.value).endswith(
+            "the id your tokenizer pads with (a decoder without one "
+            "commonly pads with its eos_token_id, 7)"
+        )
     models.build(str(path), init="random")  # a causal LM needs no padding
 
 
