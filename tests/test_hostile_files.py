@@ -665,6 +665,11 @@ SELF_CONTRADICTIONS = {
         lambda doc: _runner_up(doc),
         ("phase 0: runner_ups[0]: its layout (1x2 M=1 1f1b) is the phase's own",),
     ),
+    # Sixty-second round: the phase's own on other ranks of the same nodes passed.
+    "a runner-up that is its phase's layout with its replicas' ranks swapped": (
+        lambda doc: _runner_up(doc, rank_map=[list(row) for row in reversed(_ranks(doc))]),
+        ("phase 0: runner_ups[0]: its layout (1x2 M=1 1f1b) is the phase's own, its cells",),
+    ),
     "a runner-up listed twice": (
         lambda doc: (_runner_up(doc, schedule="gpipe"), _ups(doc).append(_ups(doc)[0])),
         ("phase 0: runner_ups[1]: its layout (1x2 M=1 gpipe) is runner_ups[0]'s",),

@@ -149,6 +149,13 @@ class ScoredLayout(Strict):
     step_s: PredictedSeconds
 
 
+def placed(layout: Layout, per_node: int) -> tuple[Layout, tuple[tuple[int, ...], ...]]:
+    """`layout` as it is priced: its fields but the rank map, and the node of each of its
+    cells, replicas in any order (ranks in a node are interchangeable)."""
+    nodes = sorted(tuple(rank // per_node for rank in row) for row in layout.rank_map)
+    return layout.model_copy(update={"rank_map": ()}), tuple(nodes)
+
+
 # Twice the runner-ups the planner writes (`solve_phase`'s 2).
 MAX_RUNNER_UPS = 4
 
@@ -413,13 +420,19 @@ class Plan(Versioned):
                     )
                 # Others than the phase's and each other's (`solve_phase` skips a layout it
                 # listed): the sixty-first round's copies of the chosen one passed.
-                seen = [phase.layout, *(o.layout for o in phase.runner_ups[:j])]
-                if other.layout in seen:
-                    which = seen.index(other.layout)
+                # Placed alike is priced alike (the sixty-second round: `[[0, 1, 3]]` beside
+                # the chosen `[[0, 1, 2]]` on 2 x 2 passed): one node for each cell, replicas
+                # in any order, is one layout to the planner (`costmodel.placement_family`).
+                per_node = self.inputs.cluster.devices_per_node
+                seen = [placed(phase.layout, per_node)]
+                seen += [placed(o.layout, per_node) for o in phase.runner_ups[:j]]
+                if (key := placed(other.layout, per_node)) in seen:
+                    which = seen.index(key)
                     same = "the phase's own" if which == 0 else f"runner_ups[{which - 1}]'s"
                     raise ValueError(
                         f"phase {i}: runner_ups[{j}]: its layout ({other.layout.label()}) is "
-                        f"{same}; the planner lists each other layout once"
+                        f"{same}, its cells on the same nodes; the planner lists each other "
+                        "layout once"
                     )
         for epoch, frozen in enumerate(self.inputs.freeze.frozen_layers):
             if frozen > num_layers - 1:
