@@ -499,8 +499,11 @@ def fast_network_instance(seed: int) -> tuple[CostModel, int, int, bool]:
     return model, batch, frozen, bool(rng.integers(0, 2))
 
 
+# Fewer examples for the default run's 15 minutes (each exhaustive reference grew with the
+# rank-map family's exact members, the sixty-second round: 25 took 18 s); the exact mode of
+# bench/bench_solver.py checks 1,090 instances.
 @pytest.mark.timeout(300)
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_solver_equals_exhaustive_search_when_the_network_outruns_the_node(seed):
     """The thirty-sixth round's pricing of a ring at its slowest hop (`CostModel.
@@ -526,7 +529,7 @@ def test_a_dive_does_not_hide_forward_only_prefixes(seed):
     assert solution.best.step_s == pytest.approx(expected, rel=1e-9)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=45, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_solver_equals_exhaustive_search(seed):
     model, batch, frozen, cached = random_instance(seed)
@@ -541,7 +544,7 @@ def test_solver_equals_exhaustive_search(seed):
     assert solution.best.step_s == pytest.approx(expected, rel=1e-9)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), pick=st.integers(0, 10**6), earlier=st.integers(0, 10))
 def test_a_hint_changes_no_result(seed, pick, earlier):
     """A plan hints each phase's search with the previous phase's placement (an earlier
