@@ -1430,3 +1430,22 @@ def test_a_plan_of_a_shape_the_calibration_never_measured_is_warned_of(tmp_path,
                 said = "pipeplan: WARNING: the calibration was fitted on layouts of (stages x "
                 assert lines[0].startswith(f"{said}replicas) 3x1 only, and the plan chooses ")
                 assert f"{chosen[0][0]}x{chosen[0][1]} in phase" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("stages", [11, 10**6])
+def test_a_fitted_shape_the_model_cannot_have_is_refused(tmp_path, profile, stages):
+    """Found by the sixty-third round: a calibration's `shapes` of 11x1 for a 10-layer model
+    (or 1000000x1) was accepted, and plan's warning named it. A shape has at most as many
+    stages as the profile's model has layers."""
+    layers = len(profile.layers)
+    for count, fine in ((layers, True), (stages if stages > layers else layers + 1, False)):
+        update = {"shapes": [FittedShape(stages=count, replicas=1)], "phases_used": 1}
+        calibrated = profile.model_copy(update={"calibration": TRUTH.model_copy(update=update)})
+        path = tmp_path / "cal.json"
+        path.write_text(dumps(calibrated))
+        if fine:
+            assert load(Profile, path).calibration.shapes[0].stages == layers
+            continue
+        said = rf"calibration.shapes: {count}x1 has {count} stages but the model has {layers} "
+        with pytest.raises(InputFileError, match=said):
+            load(Profile, path)

@@ -918,6 +918,20 @@ class Profile(Versioned):
         return self
 
     @model_validator(mode="after")
+    def _fitted_shapes_of_this_model(self) -> Profile:
+        """A calibration's fitted shapes are layouts of this model: no more stages than it has
+        layers (the sixty-third round: `11x1` for a 10-layer model, and `1000000x1`, were
+        accepted and printed in plan's warning)."""
+        shapes = self.calibration.shapes if self.calibration is not None else None
+        for shape in shapes or []:
+            if shape.stages > len(self.layers):
+                raise ValueError(
+                    f"calibration.shapes: {shape.label()} has {shape.stages} stages but the "
+                    f"model has {len(self.layers)} layers: no phase of it ran that shape"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _layer_names_as_written(self) -> Profile:
         """Each layer's name is the one pipeplan gives it: its kind, and `blockN` for block N.
         Plans, reports and the freeze schedule name layers by them; an empty or repeated one
