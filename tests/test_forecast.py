@@ -219,7 +219,9 @@ def _forecast_run(tmp_path, priced):
     import shutil
 
     priced = on_records_cluster(priced)
-    pricing = priced[2].model_copy(update={"profile": "calibration-1.json"})
+    pricing = priced[2].model_copy(
+        update={"profile": "calibration-1.json", "calibration": "online"}
+    )
     forecasts = iter(elastic_forecasts(priced))
     records = [
         r.model_copy(update=dict(forecast=next(forecasts).model_copy(update={"pricing": pricing})))

@@ -1701,6 +1701,26 @@ def test_a_records_edited_profile_sha256_blames_the_record(tmp_path, capsys, com
     refused(argv, tmp_path, capsys, fragment)
 
 
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_a_phases_calibration_unlike_its_profile_file_is_refused(tmp_path, capsys, command):
+    """Found by the sixty-third round: a phase record's pricing.calibration was held to
+    nothing: "online" on a phase priced with the uncalibrated profile.json (and "none" on one
+    priced with a calibration-N.json the run fitted) was read by report, calibrate, export
+    and resume. It is what the record's profile file says (`_check_calibration_named`)."""
+    run, argv = _readable(tmp_path, command)
+    lines = _lines(run)
+    first = next(i for i, line in enumerate(lines) if line["kind"] == "phase")
+    assert lines[first]["pricing"]["profile"] == "profile.json"
+    lines[first]["pricing"]["calibration"] = "online"
+    _rewrite(run, lines)
+    fragment = (
+        f"{run / 'run.jsonl'}: phase 0: pricing.calibration is 'online' but its "
+        "pricing.profile profile.json is the profile the run started with, which holds no "
+        "calibration ('none'); the record was edited"
+    )
+    refused(argv, tmp_path, capsys, fragment)
+
+
 def _step_rate_unlike_its_time(lines: list[dict]) -> tuple[int, str]:
     i = _last(lines, "step")
     lines[i]["samples_per_s"] = 1e300

@@ -557,7 +557,8 @@ def test_no_previewed_speedup_for_runs_started_from_different_profiles(
     other = calibrated_profile()
     for n, record in enumerate(records):
         if isinstance(record, PhaseRecord):
-            pricing = record.pricing.model_copy(update={"profile_sha256": profile_sha256(other)})
+            update = {"profile_sha256": profile_sha256(other), "calibration": "profile"}
+            pricing = record.pricing.model_copy(update=update)
             records[n] = priced(record.model_copy(update={"pricing": pricing}), other)
     static = write_run(tmp_path / "static", records, epochs=PREVIEW_EPOCHS)
     (static / "profile.json").write_text(dumps(other))

@@ -2253,6 +2253,7 @@ def check_priced_profiles(
         profiles[name] = profile = _priced_profile(run_dir, name, priced)
         check_run_profile(run_dir, config, profile, f"its {name}", EDITED_SINCE)
         _check_unedited(run_dir, name, profile, priced)
+        _check_calibration_named(run_dir, name, profile, priced)
         phases = [r for r in records if isinstance(r, PhaseRecord) and r.pricing.profile == name]
         for phase in phases:
             _check_step_bound(run_dir, name, phase, profile)
@@ -2280,6 +2281,34 @@ def _priced_profile(run_dir: Path, name: str, priced: list[tuple[str, Pricing]])
             "(pricing.profile); restore it or start a new run"
         )
     return load(Profile, run_dir / name)
+
+
+def _check_calibration_named(
+    run_dir: Path, name: str, profile: Profile, priced: list[tuple[str, Pricing]]
+) -> None:
+    """Each record's `pricing.calibration` is what its profile file says, as the run derives
+    it (`executor.planning.RunPlanner.pricing`): "online" for a calibration-N.json it fitted,
+    else "profile" where the file holds a calibration and "none" where it holds none. The
+    sixty-third round: "online" on a phase priced with an uncalibrated profile.json, and
+    "none" on one priced with calibration-2.json, were read by every command.
+
+        _check_calibration_named(run_dir, "profile.json", profile, [("phase 0", pricing)])
+    """
+    online = name != "profile.json"
+    expected = "online" if online else "profile" if profile.calibration else "none"
+    for what, pricing in priced:
+        if pricing.profile == name and pricing.calibration != expected:
+            because = (
+                "a calibration fitted during the run"
+                if online
+                else f"the profile the run started with, which holds "
+                f"{'a' if profile.calibration else 'no'} calibration"
+            )
+            raise InputFileError(
+                f"{run_dir / 'run.jsonl'}: {what}: pricing.calibration is "
+                f"'{pricing.calibration}' but its pricing.profile {name} is {because} "
+                f"('{expected}'); the record was edited"
+            )
 
 
 def _check_unedited(
