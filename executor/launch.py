@@ -141,6 +141,24 @@ def openmp_checked() -> None:
         os._exit(2)
 
 
+def kept_ignored(signum: int) -> bool:
+    """Whether this rank leaves `signum` ignored: one ignored as the run started stays so, as
+    in the command (`startup.ignored`) and torch's agent (`agent_handles`): SIGINT of a
+    background `pipeplan run … &` started from a script, SIGHUP of `nohup torchrun
+    --signals-to-handle SIGTERM,SIGINT,SIGQUIT …`. Under `pipeplan run` the rank's shell
+    ignores SIGINT whatever the command does (RANK_SHELL): its launcher names no INTERRUPTED
+    file where it ignores Ctrl-C itself. Found by the sixty-third round: a rank took SIGINT
+    over at its first statement, and a SIGINT sent to a rank of a background `pipeplan run`
+    failed the run. Light: no torch.
+
+        kept_ignored(signal.SIGINT)   # a rank of `pipeplan run … &` run from a script → True
+    """
+    if signal.getsignal(signum) != signal.SIG_IGN:
+        return False
+    ours = os.environ.get(LAUNCHER_PID) == str(os.getppid())
+    return signum != signal.SIGINT or not ours or not os.environ.get(INTERRUPTED)
+
+
 def _stopped_as_it_starts(signum: int, frame: object) -> None:
     """A rank's SIGTERM until it trains: its report (`faults.Report`'s format, written by
     `errorfile` with the standard library alone: the imports are still under way), then exit
@@ -160,8 +178,10 @@ if __name__ == "__main__":
     # A rank, from its first statement (before the imports below, which take seconds): Ctrl-C,
     # which the launcher forwards to every rank as it tears them down, ends it at once and in
     # silence until `main` can report it; a KeyboardInterrupt in those imports printed its
-    # traceback on the console. The launcher decides what an interrupt means and says it.
-    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))  # faults.EXIT_INTERRUPTED
+    # traceback on the console. The launcher decides what an interrupt means and says it. One
+    # ignored as the run started stays ignored (`kept_ignored`), as SIGTERM below.
+    if not kept_ignored(signal.SIGINT):
+        signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))  # EXIT_INTERRUPTED
     # Under `pipeplan run` this process ignored SIGINT until now (RANK_SHELL): one forwarded
     # meanwhile was lost, but the launcher made its file first.
     # The mark is its launcher's alone (`under_pipeplan_run`, inline: defined below): under
@@ -181,7 +201,8 @@ if __name__ == "__main__":
     # rank's; torchrun would not, and shows a rank's own lines on its console anyway).
     if os.environ.get(LAUNCHER_PID):
         errorfile.reserve()
-    signal.signal(signal.SIGTERM, _stopped_as_it_starts)  # until `main` puts the default back
+    if not kept_ignored(signal.SIGTERM):
+        signal.signal(signal.SIGTERM, _stopped_as_it_starts)  # until `main` puts the default back
 
 import argparse
 import contextlib
@@ -1099,10 +1120,12 @@ def main(argv: list[str] | None = None) -> None:
         # From here Ctrl-C is reported as every failure is (and its traceback goes to the rank's
         # log under `pipeplan run`): a KeyboardInterrupt again, where the top of this module
         # exited in silence, and the rank's shell (RANK_SHELL) ignored it.
-        signal.signal(signal.SIGINT, faults.on_sigint)  # told from code's KeyboardInterrupt
+        if not kept_ignored(signal.SIGINT):
+            signal.signal(signal.SIGINT, faults.on_sigint)  # told from code's KeyboardInterrupt
         # SIGTERM kills at once again (a rank blocked in a collective would not run a handler
         # until it returned; the agent stops the ranks with it).
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if not kept_ignored(signal.SIGTERM):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if not ours:  # torchrun's rank: no launcher of ours tells how it ended
             stops_reported(rank)
         # A Ctrl-C or stop whose handler ran in a finalizer (a data set's `__del__`), where
@@ -1248,9 +1271,10 @@ def stops_reported(rank: int) -> None:
                 if signum not in handled and signal.getsignal(signum) is ours:
                     end(signum)
 
-    for sig in REPORTED_STOPS:
+    for sig in set(REPORTED_STOPS) - set(ignored(REPORTED_STOPS)):  # ignored ones stay so
         signal.signal(sig, on_stop)
-    signal.signal(signal.SIGTERM, on_term)
+    if not kept_ignored(signal.SIGTERM):
+        signal.signal(signal.SIGTERM, on_term)
     signal.set_wakeup_fd(write, warn_on_full_buffer=False)
     threading.Thread(target=watch, name="pipeplan-stops", daemon=True).start()
 
@@ -1310,7 +1334,8 @@ def stoppable() -> Iterator[None]:
     def stop(signum: int, frame: object) -> None:
         raise Stopped(signum)
 
-    before = {sig: signal.signal(sig, stop) for sig in START_STOPS}
+    taken = set(START_STOPS) - set(ignored(START_STOPS))  # an ignored one stays ignored
+    before = {sig: signal.signal(sig, stop) for sig in taken}
     try:
         yield
     finally:
@@ -1983,7 +2008,10 @@ def agent_scope(logs: Path) -> Iterator[pipeplan_log.FileHandler]:
     os.environ[RUN_DIR_ID] = directory_id(str(logs.parent))  # the folder this process claimed
     mark = logs / "interrupted"
     mark.unlink(missing_ok=True)  # left by a launcher killed after a Ctrl-C: not this one's
-    os.environ[INTERRUPTED] = str(mark)
+    if ignored((signal.SIGINT,)):  # no Ctrl-C to mark: the ranks keep it ignored (`kept_ignored`)
+        os.environ.pop(INTERRUPTED, None)
+    else:
+        os.environ[INTERRUPTED] = str(mark)
     if threading.current_thread() is threading.main_thread():  # no handlers elsewhere
         ours = {signal.SIGINT: on_ctrl_c(mark), **dict.fromkeys(AGENT_UNNAMED, agent_stop)}
         for sig in set(ours) - set(ignored(tuple(ours))):  # an ignored one stays ignored

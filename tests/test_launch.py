@@ -2,6 +2,7 @@
 runs the same worker (the README's commands, verbatim), and every fault ends the run with its
 exit code and exactly one line naming the rank that failed first."""
 
+import contextlib
 import importlib
 import json
 import os
@@ -94,7 +95,9 @@ def test_a_run_started_with_sighup_and_sigint_ignored_trains_through_them(tmp_pa
     closing the terminal leaves the job) was stopped by SIGHUP, and an ignored SIGINT became
     `interrupted`: pipeplan's handlers, then torch's agent's, took over SIG_IGN. A signal
     ignored as the command starts stays ignored: both, sent throughout, leave the run to
-    train to its end, exit 0."""
+    train to its end, exit 0. Found by the sixty-third round: the rank's, sent to it alone
+    (`pkill -INT python`), failed the run, "interrupted by SIGINT": a rank took SIGINT over
+    at its first statement. Now the rank keeps both ignored too (`launch.kept_ignored`)."""
     command = [*PIPEPLAN, "run", "--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "2"]
     run = subprocess.Popen(
         [*command, "--runs-dir", str(tmp_path), "--name", "k"],
@@ -106,13 +109,17 @@ def test_a_run_started_with_sighup_and_sigint_ignored_trains_through_them(tmp_pa
         text=True,
         preexec_fn=_ignore_hangup_and_interrupt,
     )
-    sent = 0
+    sent, rank = 0, {}
     while run.poll() is None:
-        os.kill(run.pid, (signal.SIGHUP, signal.SIGINT)[sent % 2])
+        if sent % 4 == 0:  # the rank, once it has started (its shell first, then Python)
+            rank = rank_processes(tmp_path / "k") or rank
+        for pid in (run.pid, *rank.values()):
+            with contextlib.suppress(ProcessLookupError):  # a rank that has ended
+                os.kill(pid, (signal.SIGHUP, signal.SIGINT)[sent % 2])
         sent += 1
         time.sleep(0.05)
     err = run.stderr.read()
-    assert run.returncode == 0 and sent > 20, (sent, err)
+    assert run.returncode == 0 and sent > 20 and rank, (sent, rank, err)
     assert "stopped" not in err and "interrupted" not in err, err
     assert (tmp_path / "k" / "summary.json").exists()
 
@@ -2440,6 +2447,38 @@ def test_a_torchrun_rank_the_agent_stops_removes_its_cache_in_silence(tmp_path, 
     code = 128 + signal.SIGTERM if where == "c" else -signal.SIGTERM
     assert (rank.returncode, out, err) == (code, said, "")
     assert not made.exists() and not error_file.exists()
+
+
+# A torchrun rank started with SIGHUP and SIGTERM ignored (`nohup torchrun --signals-to-handle
+# SIGINT,SIGQUIT …`), sent both in its wait for the others, then mid-run.
+IGNORING_RANK = """
+import os, signal
+for signum in (signal.SIGHUP, signal.SIGTERM):
+    signal.signal(signum, signal.SIG_IGN)
+from executor import launch
+with launch.stoppable():
+    os.kill(os.getpid(), signal.SIGHUP)
+    os.kill(os.getpid(), signal.SIGTERM)
+launch.stops_reported(1)
+os.kill(os.getpid(), signal.SIGHUP)
+os.kill(os.getpid(), signal.SIGTERM)
+stops = (signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1)
+print("went on", [signal.getsignal(signum) == signal.SIG_IGN for signum in stops])
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_keeps_the_stop_signals_it_started_with_ignored():
+    """Found by the sixty-third round: `nohup torchrun --signals-to-handle SIGTERM,SIGINT,
+    SIGQUIT …` (torch's agent then leaves nohup's SIGHUP ignored for the ranks) still ended
+    with `pipeplan: rank 0: stopped by SIGHUP`: the rank's wait for the others (`stoppable`)
+    and its stops mid-run (`stops_reported`) took every stop signal over. An ignored one
+    stays ignored (as in the command, `startup.ignored`); the others are taken."""
+    done = subprocess.run(
+        [sys.executable, "-c", IGNORING_RANK],
+        cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=50,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "went on [True, True, False]\n"), done.stderr
 
 
 def test_the_agent_stops_the_other_ranks_within_the_configs_shutdown_time():
