@@ -757,7 +757,7 @@ class Trainer:
         # pipeplan's modules and the torch modules it trains with, as they are before the data
         # code first runs here (its function, in build_task): `check_held` compares them
         # before the rank writes what they made. None: the data is no code of yours.
-        self.held = rank_held() if is_user_code(cfg.data) else None
+        self.held = rank_held(models.model_modules(cfg.model)) if is_user_code(cfg.data) else None
         self.cfg, self.run_dir, self.planner, self.device = cfg, run_dir, planner, device
         self.fit_profile = recalibrate
         self.rank, self.world = dist.get_rank(), dist.get_world_size()

@@ -7716,6 +7716,51 @@ def test_what_a_rank_trains_and_writes_with_is_held_to_its_start():
     check_rank_held("m:load", held, "")  # all put back: passes again
 
 
+def test_the_model_and_the_libraries_a_rank_writes_with_are_held_to_its_start():
+    """Found by the sixty-third round: a `__getitem__` could replace what lies outside
+    pipeplan's and torch's modules for the whole run: `GELUActivation.forward` set to zeros
+    trained BERT without its activations, `modeling_utils.safe_save_file` exported an
+    all-zero model and `pydantic.BaseModel.model_dump` recorded every loss as 0.5, each exit
+    0. A rank now also holds its model's transformers modules, transformers' activations and
+    bases, safetensors and pydantic's BaseModel from its start (`rank_held`)."""
+    import pydantic
+    import safetensors.torch
+    import transformers.activations
+    import transformers.modeling_utils
+    import transformers.models.bert.modeling_bert as bert
+
+    from executor.data import BadArgumentError, check_rank_held, rank_held
+
+    def mine(*args, **kwargs):
+        return None
+
+    cases = [
+        (transformers.activations.GELUActivation, "forward"),
+        (transformers.modeling_utils, "safe_save_file"),
+        (transformers.modeling_utils.PreTrainedModel, "save_pretrained"),
+        (bert.BertSelfAttention, "forward"),  # the model's own module
+        (safetensors.torch, "save_file"),
+        (pydantic.BaseModel, "model_dump"),
+    ]
+    held = rank_held(models.model_modules("bert-synth"))
+    when = "as this rank read a training batch (it is not trained on)"
+    check_rank_held("m:load", held, when)  # nothing changed: passes
+    for owner, key in cases:
+        old = vars(owner)[key]
+        name = f"{owner.__module__}.{owner.__qualname__}" if isinstance(owner, type) else ""
+        said = (
+            f"data 'm:load': its code replaced or changed {name or owner.__name__}.{key} as "
+            r"this rank read a training batch \(it is not trained on\); data code must leave "
+        )
+        try:
+            setattr(owner, key, mine)
+            with pytest.raises(BadArgumentError, match=said):
+                check_rank_held("m:load", held, when)
+        finally:
+            setattr(owner, key, old)
+    check_rank_held("m:load", held, "")  # all put back: passes again
+
+
 def test_rank_state_names_what_pipeplans_own_code_changes():
     """Found by the sixty-second round, as its tables came to be held in a rank
     (`check_rank_held`): RANK_STATE, the tables and values pipeplan's own code changes as it
