@@ -47,7 +47,7 @@ import types
 import warnings
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -2454,18 +2454,18 @@ def pickling_kept(spec: str, doing: str) -> Iterator[None]:
 
 
 # What a rank holds from its start (`rank_held`, before its data code first runs) and compares
-# at each epoch's end and before each checkpoint or model it writes (`check_rank_held`): every
-# module of pipeplan's own packages imported then, and torch's layers, gradient clipping, C
-# functions of torch.nn.functional and pipeline, and json, with their classes, and
-# RANK_LIBRARIES. Too many to compare around each item read (`functions_kept` holds
-# KEPT_MODULES there, ~0.8 ms a batch): its snapshot, of ~600 modules and classes and ~56
-# tables, costs ~10-25 ms once (~6-18 ms before the sixty-third round's RANK_LIBRARIES), and
-# each comparison ~1.9 ms (~1.4 ms before; the least of 20 on a shared core), a few times
-# an epoch at most. Found by the sixty-second round: a `__getitem__`'s
-# `pipeplan.precision.compute = bf16 autocast` trained an fp32 run in bfloat16,
-# `executor.checkpoint._write` and `pipeplan.models.export` replaced wrote an all-zero
-# checkpoint and model, and `torch._C._nn.cross_entropy_loss` trained towards class 0, each
-# exit 0.
+# after each batch it reads, at each epoch's end and before each checkpoint or model it writes
+# (`check_rank_held`): every module of pipeplan's own packages imported then, and torch's
+# layers, gradient clipping, C functions of torch.nn.functional and pipeline, and json, with
+# their classes, and RANK_LIBRARIES. Too many to snapshot around each item read
+# (`functions_kept` holds KEPT_MODULES there, ~0.8 ms a batch): its snapshot, of ~600 modules
+# and classes (~11,500 names) and ~56 tables, costs ~10-25 ms once, and each comparison
+# ~0.25 ms where nothing moved since the last (`_as_found`; ~1.9 ms in full), the least of 20
+# on a shared core (~1.4 ms each, in full, before the sixty-third round). Found by the
+# sixty-second round: a `__getitem__`'s `pipeplan.precision.compute = bf16 autocast`
+# trained an fp32 run in bfloat16, `executor.checkpoint._write` and `pipeplan.models.export`
+# replaced wrote an all-zero checkpoint and model, and `torch._C._nn.cross_entropy_loss`
+# trained towards class 0, each exit 0.
 RANK_PACKAGES = ("pipeplan", "executor", "profiles")
 RANK_TORCH = (
     "torch.nn.modules",
@@ -2562,6 +2562,37 @@ class RankHeld:
     owners: list[tuple[str, Any, dict[str, Any]]]
     tables: list[tuple[str, Any, Any]]
     values: list[tuple[str, Any, dict[str, Any]]]
+    # What `_rank_changes` looks at first, in C: each owner's names, each table's keys and
+    # entries and each value's attributes as live views, with their lengths and objects in
+    # order as the last comparison found them unchanged (`_as_found`).
+    views: list[Any] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    objects: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.views = [vars(owner).values() for _, owner, _ in self.owners]
+        self.views += [view for _, table, _ in self.tables for view in _table_views(table)]
+        self.views += [vars(value).values() for _, value, _ in self.values]
+        self.found()
+
+    def found(self) -> None:
+        """What the views hold now, as `_as_found` compares it next."""
+        self.lengths = list(map(len, self.views))
+        self.objects = list(itertools.chain.from_iterable(self.views))
+
+
+def _table_views(table: Any) -> list[Any]:
+    """A table's live views: a dict's keys and entries, a list or set itself."""
+    return [table.keys(), table.values()] if isinstance(table, dict) else [table]
+
+
+def _as_found(held: RankHeld) -> bool:
+    """Whether every view of `held` holds what it held at the last comparison, compared in C
+    (~0.3 ms for the ~12,000 names of a BERT rank, against ~1.7 ms for `_rank_changes`' full
+    comparison): the check each batch a rank reads can afford."""
+    return list(map(len, held.views)) == held.lengths and all(
+        map(operator.is_, itertools.chain.from_iterable(held.views), held.objects)
+    )
 
 
 def _rank_module(name: str, libraries: Collection[str] = ()) -> bool:
@@ -2644,7 +2675,12 @@ def _rank_changes(held: RankHeld) -> list[str]:
     """What of `held` (`rank_held`) is changed now, by dotted name: a function or class
     replaced or deleted (as `functions_kept` tells it, the library's own wrappers let
     through), one of pipeplan's values rebound, a table of pipeplan's whose entries changed,
-    an object of RANK_VALUES replaced or its attributes changed."""
+    an object of RANK_VALUES replaced or its attributes changed. Nothing, at once, where
+    nothing moved since the last comparison (`_as_found`); else compared in full with the
+    rank's start, and what passes is what the next comparison starts from (a library's own
+    wrapper or a name added since stays as it is)."""
+    if _as_found(held):
+        return []
     before = {id(owner): names for _, owner, names in held.owners}
     there = {id(value) for _, _, names in held.owners for value in names.values()}
     changed = []
@@ -2679,6 +2715,8 @@ def _rank_changes(held: RankHeld) -> list[str]:
             or not all(map(operator.is_, vars(value).values(), names.values()))
         ):
             changed.append(dotted)
+    if not changed:
+        held.found()
     return list(dict.fromkeys(changed))
 
 
