@@ -46,8 +46,8 @@ import time
 import types
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -2454,13 +2454,15 @@ def pickling_kept(spec: str, doing: str) -> Iterator[None]:
 
 
 # What a rank holds from its start (`rank_held`, before its data code first runs) and compares
-# at each epoch's end and before each checkpoint or model it writes (`check_rank_held`): every
-# module of pipeplan's own packages imported then, and torch's layers, gradient clipping, C
-# functions of torch.nn.functional and pipeline, and json, with their classes. Too many to
-# compare around each item read (`functions_kept` holds KEPT_MODULES there, ~0.8 ms a batch):
-# its snapshot, of ~520 modules and classes and ~65 tables, costs ~10 ms once, and each
-# comparison ~1.4 ms (the least of 20 on a shared core), a few times an epoch at most. Found
-# by the sixty-second round: a `__getitem__`'s `pipeplan.precision.compute = bf16 autocast`
+# after each batch it reads, at each epoch's end and before each checkpoint or model it writes
+# (`check_rank_held`): every module of pipeplan's own packages imported then, and torch's
+# layers, gradient clipping, C functions of torch.nn.functional and pipeline, and json, with
+# their classes, and RANK_LIBRARIES. Too many to snapshot around each item read
+# (`functions_kept` holds KEPT_MODULES there, ~0.8 ms a batch): its snapshot, of ~600 modules
+# and classes (~11,500 names) and ~56 tables, costs ~10-25 ms once, and each comparison
+# ~0.25 ms where nothing moved since the last (`_as_found`; ~1.9 ms in full), the least of 20
+# on a shared core (~1.4 ms each, in full, before the sixty-third round). Found by the
+# sixty-second round: a `__getitem__`'s `pipeplan.precision.compute = bf16 autocast`
 # trained an fp32 run in bfloat16, `executor.checkpoint._write` and `pipeplan.models.export`
 # replaced wrote an all-zero checkpoint and model, and `torch._C._nn.cross_entropy_loss`
 # trained towards class 0, each exit 0.
@@ -2471,6 +2473,25 @@ RANK_TORCH = (
     "torch._C._nn",
     "torch.distributed.pipelining",
     "json",
+)
+# And the modules of the libraries the model is built of and a run writes with (each module
+# alone, not its package; imported by `rank_held`, as its model's build would): transformers'
+# layers, activations, masks and the base of every model and config (with the modules of the
+# model's own classes, `models.model_modules`), safetensors, and pydantic's BaseModel, whose
+# `model_dump` writes every record. Found by the sixty-third round: a `__getitem__` that set
+# `GELUActivation.forward` to zeros, `modeling_utils.safe_save_file` to write zeros or
+# `BaseModel.model_dump` to record a loss of 0.5 trained, exported or recorded so, exit 0.
+RANK_LIBRARIES = (
+    "transformers.activations",
+    "transformers.configuration_utils",
+    "transformers.masking_utils",
+    "transformers.modeling_layers",
+    "transformers.modeling_rope_utils",
+    "transformers.modeling_utils",
+    "transformers.pytorch_utils",
+    "safetensors",
+    "safetensors.torch",
+    "pydantic.main",
 )
 # Plain objects code dispatches through, held with their own attributes: `json.dumps(obj)`
 # encodes with json's default encoder (the sixty-second round: one replaced in a `load`
@@ -2541,12 +2562,46 @@ class RankHeld:
     owners: list[tuple[str, Any, dict[str, Any]]]
     tables: list[tuple[str, Any, Any]]
     values: list[tuple[str, Any, dict[str, Any]]]
+    # What `_rank_changes` looks at first, in C: each owner's names, each table's keys and
+    # entries and each value's attributes as live views, with their lengths and objects in
+    # order as the last comparison found them unchanged (`_as_found`).
+    views: list[Any] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    objects: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.views = [vars(owner).values() for _, owner, _ in self.owners]
+        self.views += [view for _, table, _ in self.tables for view in _table_views(table)]
+        self.views += [vars(value).values() for _, value, _ in self.values]
+        self.found()
+
+    def found(self) -> None:
+        """What the views hold now, as `_as_found` compares it next."""
+        self.lengths = list(map(len, self.views))
+        self.objects = list(itertools.chain.from_iterable(self.views))
 
 
-def _rank_module(name: str) -> bool:
-    """Whether the module `name` is one a rank holds (RANK_PACKAGES, RANK_TORCH)."""
-    return name.partition(".")[0] in RANK_PACKAGES or any(
-        name == top or name.startswith(f"{top}.") for top in RANK_TORCH
+def _table_views(table: Any) -> list[Any]:
+    """A table's live views: a dict's keys and entries, a list or set itself."""
+    return [table.keys(), table.values()] if isinstance(table, dict) else [table]
+
+
+def _as_found(held: RankHeld) -> bool:
+    """Whether every view of `held` holds what it held at the last comparison, compared in C
+    (~0.3 ms for the ~12,000 names of a BERT rank, against ~1.7 ms for `_rank_changes`' full
+    comparison): the check each batch a rank reads can afford."""
+    return list(map(len, held.views)) == held.lengths and all(
+        map(operator.is_, itertools.chain.from_iterable(held.views), held.objects)
+    )
+
+
+def _rank_module(name: str, libraries: Collection[str] = ()) -> bool:
+    """Whether the module `name` is one a rank holds (RANK_PACKAGES, RANK_TORCH, or one of
+    `libraries` by its own name)."""
+    return (
+        name.partition(".")[0] in RANK_PACKAGES
+        or name in libraries
+        or any(name == top or name.startswith(f"{top}.") for top in RANK_TORCH)
     )
 
 
@@ -2570,17 +2625,22 @@ def _same_table(now: Any, held: Any) -> bool:
     return len(now) == len(held) and all(map(operator.is_, now, held))
 
 
-def rank_held() -> RankHeld:
+def rank_held(model: Iterable[str] = ()) -> RankHeld:
     """The modules, classes, tables and objects a rank holds (RANK_PACKAGES, RANK_TORCH,
-    RANK_VALUES), as they are now: taken at a rank's start, before its data code first runs,
-    and compared by `check_rank_held`.
+    RANK_LIBRARIES and the `model`'s modules, imported now, RANK_VALUES), as they are now:
+    taken at a rank's start, before its data code first runs, and compared by
+    `check_rank_held`.
 
-        held = rank_held()
+        held = rank_held(models.model_modules("bert-synth"))
     """
+    libraries = {*RANK_LIBRARIES, *model}
+    for name in libraries:
+        with contextlib.suppress(ImportError):  # not installed: nothing of it runs
+            importlib.import_module(name)
     modules = [
         (name, module)
         for name, module in list(sys.modules.items())
-        if _rank_module(name) and issubclass(type(module), types.ModuleType)
+        if _rank_module(name, libraries) and issubclass(type(module), types.ModuleType)
     ]
     owners: list[tuple[str, Any, dict[str, Any]]] = []
     tables: list[tuple[str, Any, Any]] = []
@@ -2615,7 +2675,12 @@ def _rank_changes(held: RankHeld) -> list[str]:
     """What of `held` (`rank_held`) is changed now, by dotted name: a function or class
     replaced or deleted (as `functions_kept` tells it, the library's own wrappers let
     through), one of pipeplan's values rebound, a table of pipeplan's whose entries changed,
-    an object of RANK_VALUES replaced or its attributes changed."""
+    an object of RANK_VALUES replaced or its attributes changed. Nothing, at once, where
+    nothing moved since the last comparison (`_as_found`); else compared in full with the
+    rank's start, and what passes is what the next comparison starts from (a library's own
+    wrapper or a name added since stays as it is)."""
+    if _as_found(held):
+        return []
     before = {id(owner): names for _, owner, names in held.owners}
     there = {id(value) for _, _, names in held.owners for value in names.values()}
     changed = []
@@ -2650,6 +2715,8 @@ def _rank_changes(held: RankHeld) -> list[str]:
             or not all(map(operator.is_, vars(value).values(), names.values()))
         ):
             changed.append(dotted)
+    if not changed:
+        held.found()
     return list(dict.fromkeys(changed))
 
 
@@ -2668,9 +2735,10 @@ def check_rank_held(spec: str, held: RankHeld, when: str) -> None:
         return
     raise BadArgumentError(
         f"data {quoted(spec)}: its code replaced or changed {_some(changed)} {when}; data "
-        "code must leave pipeplan's modules and "
-        "tables, torch's layers and pipeline, and json as it found them, as every rank trains "
-        "and writes its records with them (patch one only around your own code that needs "
+        "code must leave pipeplan's modules and tables, torch's layers and pipeline, the "
+        "model's transformers modules, safetensors, pydantic's BaseModel and json as it found "
+        "them, as every rank trains and writes its records with them (patch one only around "
+        "your own code that needs "
         "it, as `with unittest.mock.patch(...)` does)"
     )
 

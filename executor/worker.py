@@ -754,10 +754,11 @@ class Trainer:
         recalibrate: Recalibrate | None = None,
         resume: bool = False,
     ):
-        # pipeplan's modules and the torch modules it trains with, as they are before the data
-        # code first runs here (its function, in build_task): `check_held` compares them
-        # before the rank writes what they made. None: the data is no code of yours.
-        self.held = rank_held() if is_user_code(cfg.data) else None
+        # pipeplan's modules and the torch and transformers modules it trains with, as they are
+        # before the data code first runs here (its function, in build_task): `check_read`
+        # compares them after each batch read, `check_held` before the rank writes what they
+        # made. None: the data is no code of yours.
+        self.held = rank_held(models.model_modules(cfg.model)) if is_user_code(cfg.data) else None
         self.cfg, self.run_dir, self.planner, self.device = cfg, run_dir, planner, device
         self.fit_profile = recalibrate
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
@@ -1077,6 +1078,7 @@ class Trainer:
         indices = [int(i) for i in indices]
         with users_side():
             x, y = batch_pair(dataset, indices, self.data.name, split)
+        self.check_read(split)
         check_batch_inputs(x, indices, self.data.name, split, self.seq, self.data.padded)
         check_batch_labels(y, indices, self.data.name, split, self.seq)
         return x, y
@@ -1099,6 +1101,7 @@ class Trainer:
         indices = [int(i) for i in indices]
         with users_side():
             rows = batch_rows(dataset, indices, part, self.data.name, split)
+        self.check_read(split)
         if part == 0:
             check_batch_inputs(rows, indices, self.data.name, split, self.seq, self.data.padded)
         else:
@@ -1298,9 +1301,11 @@ class Trainer:
     def check_held(self, writing: str | None) -> None:
         """Every rank, once its data is loaded (`writing` None), at each epoch's end and
         before it writes a checkpoint or the model (`writing`): the data code left pipeplan's
-        modules and tables and the torch modules it trains with as they were when the rank
-        started (`data.check_rank_held`: ~1.5 ms), else BadArgumentError naming the data and
-        what it replaced, nothing written. Found by the sixty-second round: a `__getitem__`
+        modules and tables, the torch and transformers modules it trains with, safetensors
+        and pydantic's BaseModel as they were when the rank started (`data.check_rank_held`:
+        ~0.3 ms where nothing moved since the last, each batch read being one:
+        `check_read`), else BadArgumentError naming the data and what it replaced, nothing
+        written. Found by the sixty-second round: a `__getitem__`
         that replaced `pipeplan.precision.compute` or `executor.checkpoint._write` trained an
         fp32 run in bfloat16 or wrote an all-zero checkpoint, exit 0 (only KEPT_MODULES are
         held around each batch's reads).
@@ -1315,6 +1320,22 @@ class Trainer:
             else f"while this rank trained ({writing} is not written)"
         )
         check_rank_held(self.cfg.data, self.held, when)
+
+    def check_read(self, split: str) -> None:
+        """After each batch of items this rank reads (`pair`, `rows`), before anything
+        computes with it: `check_held`'s comparison, where nothing moved since the last one
+        ~0.3 ms (`data._as_found`), so no change a read made is live in any forward or
+        backward. Found by the sixty-third round: a `__getitem__` that replaced
+        `torch._C._nn.cross_entropy_loss` on one read and put it back on a later one, before
+        the epoch's end, trained every step between towards class 0, exit 0.
+
+            self.check_read("train")
+        """
+        if self.held is not None:
+            what = "training batch (it is not trained on)"
+            if split != "train":
+                what = "held-out batch (it is not evaluated)"
+            check_rank_held(self.cfg.data, self.held, f"as this rank read a {what}")
 
     def check_in_place(self) -> None:
         """Every rank, before it writes under the run directory (each step's record, a phase's

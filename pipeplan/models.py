@@ -493,6 +493,24 @@ def known_models() -> list[str]:
     return list(PRESETS)
 
 
+def model_modules(name_or_path: str) -> list[str]:
+    """The transformers modules `name_or_path`'s model and config classes and their bases are
+    defined in, importing them (what a rank holds as it trains: `data.rank_held`); none for
+    a model that does not build (its build says why).
+
+        model_modules("bert-synth")   # ["transformers.models.bert.modeling_bert", …]
+    """
+    import transformers
+
+    try:
+        family = FAMILIES[_resolve(name_or_path).family]
+    except PipeplanError:
+        return []
+    names = (*family.models.values(), family.config_class)
+    found = (base.__module__ for name in names for base in getattr(transformers, name).__mro__)
+    return list(dict.fromkeys(name for name in found if name.startswith("transformers.")))
+
+
 # --------------------------------------------------------------------------- build
 
 

@@ -7716,6 +7716,96 @@ def test_what_a_rank_trains_and_writes_with_is_held_to_its_start():
     check_rank_held("m:load", held, "")  # all put back: passes again
 
 
+def test_the_model_and_the_libraries_a_rank_writes_with_are_held_to_its_start():
+    """Found by the sixty-third round: a `__getitem__` could replace what lies outside
+    pipeplan's and torch's modules for the whole run: `GELUActivation.forward` set to zeros
+    trained BERT without its activations, `modeling_utils.safe_save_file` exported an
+    all-zero model and `pydantic.BaseModel.model_dump` recorded every loss as 0.5, each exit
+    0. A rank now also holds its model's transformers modules, transformers' activations and
+    bases, safetensors and pydantic's BaseModel from its start (`rank_held`)."""
+    import pydantic
+    import safetensors.torch
+    import transformers.activations
+    import transformers.modeling_utils
+    import transformers.models.bert.modeling_bert as bert
+
+    from executor.data import BadArgumentError, check_rank_held, rank_held
+
+    def mine(*args, **kwargs):
+        return None
+
+    cases = [
+        (transformers.activations.GELUActivation, "forward"),
+        (transformers.modeling_utils, "safe_save_file"),
+        (transformers.modeling_utils.PreTrainedModel, "save_pretrained"),
+        (bert.BertSelfAttention, "forward"),  # the model's own module
+        (safetensors.torch, "save_file"),
+        (pydantic.BaseModel, "model_dump"),
+    ]
+    held = rank_held(models.model_modules("bert-synth"))
+    when = "as this rank read a training batch (it is not trained on)"
+    check_rank_held("m:load", held, when)  # nothing changed: passes
+    for owner, key in cases:
+        old = vars(owner)[key]
+        name = f"{owner.__module__}.{owner.__qualname__}" if isinstance(owner, type) else ""
+        said = (
+            f"data 'm:load': its code replaced or changed {name or owner.__name__}.{key} as "
+            r"this rank read a training batch \(it is not trained on\); data code must leave "
+        )
+        try:
+            setattr(owner, key, mine)
+            with pytest.raises(BadArgumentError, match=said):
+                check_rank_held("m:load", held, when)
+        finally:
+            setattr(owner, key, old)
+    check_rank_held("m:load", held, "")  # all put back: passes again
+
+
+def test_a_patch_a_read_makes_is_refused_before_anything_computes_with_the_batch():
+    """Found by the sixty-third round: a rank compared what it trains with only at each
+    epoch's end and before each write, so a `__getitem__` that replaced
+    `torch._C._nn.cross_entropy_loss` on one read and put it back on a later one trained
+    every step between towards class 0, exit 0. Each batch a rank reads (`Trainer.pair`,
+    `Trainer.rows`) is now compared before it is used: a change left by the read is named."""
+    import executor.worker as worker
+    from executor.data import BadArgumentError, rank_held
+
+    old = torch._C._nn.cross_entropy_loss
+
+    class Items:
+        patch = False
+
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, index):
+            if self.patch:
+                torch._C._nn.cross_entropy_loss = lambda *args, **kwargs: old(*args, **kwargs)
+            return torch.zeros(3), torch.tensor(0.0)
+
+    trainer = object.__new__(worker.Trainer)
+    trainer.cfg = types.SimpleNamespace(data="m:load")
+    items = Items()
+    trainer.data = types.SimpleNamespace(train=items, eval=Items(), name="m", padded=False)
+    trainer.seq = types.SimpleNamespace(config=None)
+    trainer.held = rank_held()
+    trainer.pair(items, [0, 1])  # nothing changed: passes
+    said = (
+        r"data 'm:load': its code replaced or changed torch\._C\._nn\.cross_entropy_loss as "
+        r"this rank read a training batch \(it is not trained on\)"
+    )
+    try:
+        items.patch = True
+        with pytest.raises(BadArgumentError, match=said):
+            trainer.pair(items, [2, 3])
+        with pytest.raises(BadArgumentError, match=said):
+            trainer.rows(items, [4], 1)
+    finally:
+        torch._C._nn.cross_entropy_loss = old
+    items.patch = False
+    trainer.rows(items, [5], 0)  # put back: passes
+
+
 def test_rank_state_names_what_pipeplans_own_code_changes():
     """Found by the sixty-second round, as its tables came to be held in a rank
     (`check_rank_held`): RANK_STATE, the tables and values pipeplan's own code changes as it
@@ -7768,8 +7858,9 @@ def test_a_read_that_replaces_what_a_rank_trains_with_is_named_before_its_writes
     """Found by the sixty-second round: a `__getitem__` that replaced
     `pipeplan.precision.compute` (not among KEPT_MODULES, held around each read) trained an
     fp32 run under bfloat16 autocast, and its checkpoint and model were written, exit 0. The
-    rank compares pipeplan's modules with its start at the epoch's end: one line naming the
-    data and the function, nothing written."""
+    rank compares pipeplan's modules with its start after each batch it reads (the epoch's
+    end before the sixty-third round): one line naming the data, the function and the read,
+    nothing trained with it nor written."""
     monkeypatch.chdir(tmp_path)
     code = (  # rank 0's 40th training read, in the third of its four steps
         'if os.environ.get("RANK") == "0" and self.offset == 0:\n'
@@ -7780,11 +7871,10 @@ def test_a_read_that_replaces_what_a_rank_trains_with_is_named_before_its_writes
         '                    torch.autocast("cpu", dtype=torch.bfloat16))'
     )
     line = _ranks_line(tmp_path, capsys, "rt62_compute", at_import="READS = []", in_item=code)
-    assert line.startswith("pipeplan: error: training failed on rank 0 after step "), line
+    assert line.startswith("pipeplan: error: training failed on rank 0 at step "), line
     assert (
-        ", at the end of epoch 1: data 'rt62_compute:load': its code replaced or changed "
-        "pipeplan.precision.compute while this rank trained (epoch 1's record is not written); "
-        "data code must leave "
+        ": data 'rt62_compute:load': its code replaced or changed pipeplan.precision.compute "
+        "as this rank read a training batch (it is not trained on); data code must leave "
     ) in line, line
     assert not (tmp_path / "runs" / "n" / "model").exists()
     assert not (tmp_path / "runs" / "n" / "checkpoints").exists()
