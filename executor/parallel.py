@@ -16,8 +16,8 @@ takes micro-batch j's activation from stage k−1 when its forward j runs.
 
 Under `--precision bf16` a stage computes under bfloat16 autocast (`pipeplan.precision`): the
 parameters, their gradients, the all-reduce and AdamW stay float32, what a stage sends to the
-next and the frozen prefix's output are bfloat16, and the last stage hands float32 logits to
-the loss.
+next and the frozen prefix's output are bfloat16 (a stage computes on what it receives in
+float32, as the unsplit model does), and the last stage hands float32 logits to the loss.
 """
 
 from __future__ import annotations
@@ -86,12 +86,16 @@ class StageModule(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         start = self.clock.mark()
+        # What arrives (a send, the cache, the frozen prefix) is rounded but computed on in
+        # float32, as the unsplit model under autocast does.
         with mixed.compute(self.device, self.precision):
             for index, layer in self.indexed():
                 if index < self.frozen_layers:
                     with torch.no_grad():
                         x = frozen_layer(layer, x, self.precision)
                 else:
+                    if index in (self.first, self.frozen_layers):
+                        x = mixed.received(x, self.precision)
                     x = layer(x)
         # Outside autocast: the loss takes float32 logits; a send goes in the boundary dtype.
         x = x.float() if self.last else mixed.boundary(x, self.precision)
@@ -102,8 +106,8 @@ class StageModule(nn.Module):
 def frozen_layer(layer: nn.Module, x: torch.Tensor, precision: Precision) -> torch.Tensor:
     """A frozen layer's output, rounded to the boundary dtype as the cache stores it: with the
     cache on or off, and however many layers each cache version advanced by, the layers after
-    the frozen prefix see the same values."""
-    return mixed.boundary(layer(x), precision)
+    the frozen prefix see the same values. Its input, rounded alike, is computed on in float32."""
+    return mixed.boundary(layer(mixed.received(x, precision)), precision)
 
 
 @torch.no_grad()

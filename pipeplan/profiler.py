@@ -229,13 +229,13 @@ class LayerProfiler:
             x = x.to(device)
             try:
                 # Each layer's input as it arrives over a stage boundary: in the precision's
-                # boundary dtype (bfloat16 under bf16, so out_bytes count what is sent); the
-                # logits as the loss takes them, float32.
+                # boundary dtype (bfloat16 under bf16, so out_bytes count what is sent),
+                # computed on in float32 as a stage does; the logits as the loss takes them.
                 with torch.no_grad(), mixed.compute(device, precision):
                     for i, layer in enumerate(self.layers):
                         self.inputs[m].append(x.to(self.host))
                         self.make_resident(i)
-                        x = layer(x)
+                        x = layer(mixed.received(x, precision))
                         last = i == len(self.layers) - 1
                         x = x.float() if last else mixed.boundary(x, precision)
                 self.logits_bytes[m] = x.numel() * x.element_size()
@@ -295,7 +295,7 @@ class LayerProfiler:
         if with_grad and x.is_floating_point():
             x = x.detach().requires_grad_(True)  # stage inputs need input-gradients
         with mixed.compute(self.device, self.precision):
-            out = self.layers[i](x)
+            out = self.layers[i](mixed.received(x, self.precision))  # as a stage takes it in
         if i == len(self.layers) - 1:  # the loss in float32, as the executor computes it
             return self.seq.loss(out.float(), self.labels[m])
         # What leaves the layer when a stage ends here: the cast is part of its cost.
