@@ -2125,7 +2125,17 @@ def _resumed_at_step_6(run: Path, tmp_path: Path, *flags: str) -> Path:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("flags", [(), ("--epochs", "4"), ("--nproc", "2")])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        # Long, for the default run's 15 minutes: `horizons_resumed` is the same resume without
+        # flags (test_a_kept_phases_pricing_edited_is_named reads it), and more epochs keep its
+        # phase as it does; other ranks plan one afresh, the path these add.
+        pytest.param((), marks=pytest.mark.long),
+        pytest.param(("--epochs", "4"), marks=pytest.mark.long),
+        ("--nproc", "2"),
+    ],
+)
 def test_the_horizons_of_a_resumed_run_are_read(horizons_run, tmp_path, flags):
     """The horizons a resume records pass: a phase continued as its checkpoint's (same ranks,
     also with more epochs: its predecessor's horizon copied) and one planned afresh (other
@@ -3531,7 +3541,15 @@ REMOVED_AS_IT_TRAINS = {  # a file of the run removed mid-run → what the run's
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("name", REMOVED_AS_IT_TRAINS)
+# data.json removed or replaced: long, for the default run's 15 minutes (one path of the run's
+# end check, as run.jsonl's; test_hostile_data holds data.json edited as the run trains).
+@pytest.mark.parametrize(
+    "name",
+    [
+        n if n == "run.jsonl" else pytest.param(n, marks=pytest.mark.long)
+        for n in REMOVED_AS_IT_TRAINS
+    ],
+)
 def test_a_run_whose_records_are_removed_as_it_trains_says_so(tmp_path, capsys, monkeypatch, name):
     """Found by the fifty-fifth round: run.jsonl removed under a running run (all its steps
     then trained, its checkpoints and model written) ended in "training failed on rank 0
