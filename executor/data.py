@@ -182,7 +182,7 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
         rows = range(len(labels)) if every else [0, length(dataset, data.name, split) - 1]
         _check_inputs(inputs, data.name, seq, data.padded, _Rows(split, rows, every))
         if data.padded:
-            _check_not_all_padding(inputs, data.name, split, isinstance(dataset, TensorPairs))
+            _check_not_all_padding(dataset, inputs, data.name, split)
             old_padding[split] = _old_padding_rows(inputs, seq)
         if labels.dtype != torch.int64:
             raise BadArgumentError(
@@ -425,8 +425,9 @@ def _check_has_targets(labels: torch.Tensor, name: str, split: str) -> None:
 
 
 # The items of a `module:function` set (read one at a time, not held whole as a text file's
-# token ids are) the data check reads at most looking for one with a next token to predict.
-# Only a set whose first and last items have none is read further: others pay nothing.
+# token ids are) the data check reads at most looking for one with a next token to predict,
+# or for one that is not all padding. Only a set whose first and last items have none is
+# read further: others pay nothing.
 TARGET_SCAN_ITEMS = 4096  # text's ENCODE_TEXTS: the texts a file's check tokenizes at once
 TARGET_SCAN_CHUNK = 256  # read under one hold of the user's code (`items`)
 
@@ -5657,16 +5658,47 @@ def _old_padding_rows(inputs: torch.Tensor, seq: LayerSequence) -> int:
     return int((ends & ~(inputs == PADDING).any(dim=1)).sum())
 
 
-def _check_not_all_padding(inputs: torch.Tensor, name: str, split: str, whole: bool) -> None:
+def _check_not_all_padding(dataset: Any, inputs: torch.Tensor, name: str, split: str) -> None:
     """Padded data whose every row is padding holds no token to learn from: it trained and
     evaluated without a word (thirtieth round), where text files whose every text encodes to
-    nothing are refused. Checked where every row is at hand (`whole`: in-memory sets)."""
+    nothing are refused. `inputs`: every row of a TensorPairs, else the first and last item's;
+    where both of those are padding, the items between are read, up to TARGET_SCAN_ITEMS, as
+    the scan for a next token does (`_check_items_have_targets`): a set read whole is refused,
+    a longer one warned of. Found by the sixty-third round: a `module:function` Dataset of
+    classification rows of padding alone trained ("accuracy 60.0%"): only TensorPairs were
+    checked.
+
+        _check_not_all_padding(ds, first_and_last, "m:load", "train")
+        # BadArgumentError: data 'm:load': every train item is padding (-100), not one token
+    """
     from pipeplan.models import PADDING
 
-    if whole and inputs.dtype == torch.int64 and bool((inputs == PADDING).all()):
-        raise BadArgumentError(
-            f"data '{name}': every {split} row is padding ({PADDING}), not one token"
-        )
+    if inputs.dtype != torch.int64 or not bool((inputs == PADDING).all()):
+        return
+    unit = "row"
+    if not isinstance(dataset, TensorPairs):
+        unit, count = "item", length(dataset, name, split)
+        read = min(count - 1, TARGET_SCAN_ITEMS)
+        for start in range(1, read, TARGET_SCAN_CHUNK):
+            chunk = range(start, min(start + TARGET_SCAN_CHUNK, read))
+            for x, _ in items(dataset, chunk, name, split):
+                if not isinstance(x, torch.Tensor) or bool((x != PADDING).any()):
+                    return  # a token (an item of another kind: the batch checks name it)
+        if read < count - 1:  # not every item read
+            log.warning(
+                "data '%s': %s items 0 to %d and %d (read before training) are padding (%d) "
+                "alone; unless later ones hold a token, the run %s no token",
+                name,
+                split,
+                read - 1,
+                count - 1,
+                PADDING,
+                "trains on" if split == "train" else "evaluates on",
+            )
+            return
+    raise BadArgumentError(
+        f"data '{name}': every {split} {unit} is padding ({PADDING}), not one token"
+    )
 
 
 def _shape(shape: tuple[int, ...]) -> str:

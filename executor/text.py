@@ -1164,9 +1164,22 @@ def _check_encoded(tok: Any, directory: Path, corpus: Corpus, ids: list[torch.Te
         raise InputFileError(f"{named}: every {which}text is empty or whitespace")
     names = ", ".join(sorted(set(tok.all_special_tokens)))
     raise InputFileError(
-        f"{directory}: the tokenizer turns every {which}text of {corpus.name} into its unknown "
-        f"or special tokens ({names}); its vocabulary cannot encode the data"
+        f"{directory}: the tokenizer turns {_every_text(corpus, which)} into its unknown or "
+        f"special tokens ({names}); its vocabulary cannot encode the data"
     )
+
+
+def _every_text(corpus: Corpus, which: str) -> str:
+    """The `which` texts ("training ", "held-out ", or "": all) of `corpus`, for a line: of
+    TRAIN,EVAL the split's own file and its role, as an empty file is named (the sixty-third
+    round: "every training text of t.jsonl,e.jsonl" named both files for one's fault).
+
+        _every_text(corpus, "training ")   # "every text of t.jsonl (the training file of …)"
+    """
+    files = corpus.name.split(",")
+    if not which or len(files) != 2:
+        return f"every {which}text of {corpus.name}"
+    return f"every text of {files[which == 'held-out ']} (the {which}file of --data TRAIN,EVAL)"
 
 
 def _check_texts_kept(tok: Any, directory: Path, corpus: Corpus, ids: list[torch.Tensor]) -> None:
@@ -1199,7 +1212,7 @@ def _check_texts_kept(tok: Any, directory: Path, corpus: Corpus, ids: list[torch
         length, tokens = row.shape[0], row[row != PADDING]  # what it padded is no token
         shown = ", ".join(repr(t) for t in tok.convert_ids_to_tokens(tokens[:4].tolist()))
         shown += ", …" if len(tokens) > 4 else ""
-        same = f"{directory}: the tokenizer encodes every {which}text of {corpus.name} as the "
+        same = f"{directory}: the tokenizer encodes {_every_text(corpus, which)} as the "
         if len(tokens) == length:
             raise InputFileError(
                 f"{same}same {len(tokens)} tokens ({shown}): what it adds to a text fills "

@@ -925,12 +925,34 @@ def test_a_training_file_the_tokenizer_cannot_encode_is_refused_beside_a_good_on
     data = f"{write_jsonl(tmp_path / 't.jsonl', train)},"
     data += str(write_jsonl(tmp_path / "e.jsonl", reviews(8, seed=1)))
     argv = prepare(made, tmp_path, data)
-    fragment = (
-        "the tokenizer turns every training text of"
-        if case == "unknown"
-        else "the tokenizer encodes every training text of"
+    # The training file alone, and its role (the sixty-third round: both files were named).
+    fragment = "turns" if case == "unknown" else "encodes"
+    fragment += f" every text of {tmp_path / 't.jsonl'} (the training file of --data TRAIN,EVAL)"
+    refused(argv, tmp_path, capsys, (f"{made['tokenizer']}: the tokenizer ", fragment))
+
+
+@pytest.mark.parametrize(
+    "unknown", [(True, False), (False, True), (True, True)], ids=["training", "held-out", "both"]
+)
+def test_a_split_the_tokenizer_cannot_encode_is_named_by_its_own_file(unknown):
+    """Found by the sixty-third round: "the tokenizer turns every training text of
+    t.jsonl,e.jsonl into its unknown or special tokens" named both files of --data
+    TRAIN,EVAL where one was at fault. The line names that file and its role, as an empty
+    file's does; where both splits are unknown tokens, both files."""
+    tok = types.SimpleNamespace(
+        all_special_ids=[0, 1], unk_token_id=1, all_special_tokens=["[PAD]", "[UNK]"]
     )
-    refused(argv, tmp_path, capsys, (f"{made['tokenizer']}: ", fragment))
+    corpus = text_files.Corpus("t.jsonl,e.jsonl", ["a b"] * 4, ["c d"] * 2, None, None)
+    rows = zip((4, 2), unknown, strict=True)  # each split's texts, and whether all unknown
+    ids = [torch.tensor([[1, 1]] * n if bad else [[5, 6]] * n) for n, bad in rows]
+    with pytest.raises(InputFileError) as caught:
+        text_files._check_encoded(tok, Path("tok"), corpus, ids)
+    if all(unknown):
+        named = "t.jsonl,e.jsonl"
+    else:
+        role = "training" if unknown[0] else "held-out"
+        named = f"{'t.jsonl' if unknown[0] else 'e.jsonl'} (the {role} file of --data TRAIN,EVAL)"
+    assert str(caught.value).startswith(f"tok: the tokenizer turns every text of {named} into")
 
 
 def test_texts_the_tokenizer_maps_alike_are_not_blamed_on_the_length(made, tmp_path, capsys):

@@ -169,6 +169,50 @@ def test_padded_data_of_padding_alone_is_refused():
         check_compatible(TaskData("lm", pairs, pairs, padded=True), seq)
 
 
+class _PaddedRows(torch.utils.data.Dataset):
+    """A plain `module:function` set of `n` classification rows of 8 ids, every one padding
+    but those of `tokens`."""
+
+    def __init__(self, n: int, tokens: tuple[int, ...] = ()):
+        self.n, self.tokens = n, tokens
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.full((8,), models.PADDING, dtype=torch.int64)
+        ids[: 2 if i in self.tokens else 0] = 5
+        return ids, torch.tensor(i % 2)
+
+
+def test_a_plain_dataset_of_padding_alone_is_refused_at_the_data_check(monkeypatch, caplog):
+    """Found by the sixty-third round: only TensorPairs were checked for padding alone, so a
+    `module:function` Dataset of classification rows all -100 trained silently ("accuracy
+    60.0%"), and a held-out one passed --prepare-only. Its first and last items are read,
+    then where both are padding the items between, up to TARGET_SCAN_ITEMS: a set read whole
+    is refused naming the data and split, a longer one warned of, and one item holding a
+    token anywhere in it is enough."""
+    from executor import data as D
+
+    seq = models.build("bert-tiny", padding_mask=True, seq_len=8, num_labels=2)
+    good = _PaddedRows(16, tokens=tuple(range(16)))
+    for train, eval_, split in ((_PaddedRows(64), good, "train"), (good, _PaddedRows(16), "eval")):
+        with pytest.raises(BadArgumentError) as caught:
+            check_compatible(TaskData("m:load", train, eval_, padded=True), seq)
+        assert str(caught.value) == (
+            f"data 'm:load': every {split} item is padding (-100), not one token"
+        )
+    check_compatible(
+        TaskData("m:load", _PaddedRows(64, (40,)), _PaddedRows(16, (9,)), padded=True), seq
+    )
+    monkeypatch.setattr(D, "TARGET_SCAN_ITEMS", 32)  # a set longer than the scan: a warning
+    with caplog.at_level(logging.WARNING, logger="pipeplan.data"):
+        check_compatible(TaskData("m:load", _PaddedRows(64), good, padded=True), seq)
+    assert "train items 0 to 31 and 63 (read before training) are padding (-100) alone" in (
+        caplog.text
+    )
+
+
 def _step(logits: torch.Tensor, labels: torch.Tensor, replicas: int, micro_batches: int):
     """What a step does with StepMean: each replica's share split into micro-batches, each
     micro-batch's loss, gradients divided by M (the schedule's scale_grads) and averaged over
