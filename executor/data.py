@@ -1731,14 +1731,15 @@ def _wide_kept() -> list[tuple[str, types.ModuleType | type]]:
     return owners
 
 
-def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
-    """Whether `new`, put in the place of a held `name` of WIDE_PACKAGES, is its library's own
-    doing: an object made since (not one of those held, `there`, moved into another's place)
-    whose code is of the library's package. torch registers the properties of its compile
-    cache's classes (`CacheInfo.inductor_artifacts`) as its compiler is imported; a user's
-    function is of the user's module. Nothing new over pipeplan's own names is: no library
-    patches pipeplan (the sixty-first round: a bound method of pipeplan's own class in
-    check_data_facts' place, its code pipeplan's, trained a rank on other data, exit 0)."""
+def _made_by_its_library(name: str, new: Any, there: set[int], old: Any = None) -> bool:
+    """Whether `new`, put in the place of a held `name` of WIDE_PACKAGES (where `old` was, if
+    known), is its library's own doing: an object made since (not one of those held, `there`,
+    moved into another's place) whose code is of the library's package, made for that name
+    (`_made_for`). torch registers the properties of its compile cache's classes
+    (`CacheInfo.inductor_artifacts`) as its compiler is imported; a user's function is of
+    the user's module. Nothing new over pipeplan's own names is: no library patches pipeplan
+    (the sixty-first round: a bound method of pipeplan's own class in check_data_facts'
+    place, its code pipeplan's, trained a rank on other data, exit 0)."""
     if id(new) in there or name.partition(".")[0] in NEVER_PATCHED or _moved_method(new, there):
         return False
     try:
@@ -1787,7 +1788,65 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
     # And what it wraps is the library's too: the sixty-first round's `torch.no_grad()`,
     # `torch._dynamo.disable`, `functools.lru_cache` or an nn.Module whose `forward` was set
     # on it, each around a user's no-op at stage_backward, trained nothing, exit 0.
-    return _only_the_librarys(name, wrapped, MAX_WRAPPED, {id(new)})
+    return _only_the_librarys(name, wrapped, MAX_WRAPPED, {id(new)}) and _made_for(
+        name, new, old, MAX_WRAPPED, set()
+    )
+
+
+def _made_for(name: str, new: Any, old: Any, depth: int, seen: set[int]) -> bool:
+    """Whether each function in `new` (itself, and what it wraps as `_only_the_librarys`
+    follows it) has code made for the held `name`: its code's qualified name (`co_qualname`,
+    which setting a function's `__qualname__` leaves as it was) and module are the name's own
+    (`GELUActivation.forward` of transformers.activations at
+    transformers.activations.GELUActivation.forward) or those of the function `old` that
+    was there; a function of another package's patching it is one of that package's module
+    under the name's last part (loky's `_make_name` over `SemLock._make_name`); a closure the
+    library made as it ran (`<locals>`, holding values: torch's compile cache's `lambda
+    self: self.artifacts[key]`) is made for whatever it is put at. Found by the sixty-third
+    round: `types.FunctionType(LinearActivation.forward.__code__, …, "forward")` (`return
+    input`) at GELUActivation.forward passed as transformers' own (every GELU the identity,
+    exit 0), as did re.escape's code at re.compile and torch.nn.init.zeros_' at normal_."""
+    if id(new) in seen:
+        return True
+    seen.add(id(new))
+    try:
+        more = _wrapped_by(new)
+        made = _made_names(name, old) if type(new) is types.FunctionType else set()
+    except Exception:  # a user object whose __getattr__ failed: not the library's
+        return False
+    if type(new) is types.FunctionType:
+        home, qualname = new.__globals__.get("__name__"), new.__code__.co_qualname
+        if not (
+            (home, qualname) in made
+            or ("<locals>" in qualname and new.__closure__)
+            or (
+                isinstance(home, str)
+                and home.partition(".")[0] != name.partition(".")[0]
+                and qualname == name.rpartition(".")[2]
+            )
+        ):
+            return False
+    return not more or (
+        depth > 0 and all(_made_for(name, inner, old, depth - 1, seen) for inner in more)
+    )
+
+
+def _made_names(name: str, old: Any) -> set[tuple[Any, str]]:
+    """The (module, qualified name) pairs of code made for the held `name`: the name's own
+    (its owner, a module or a class of one, as `name` spells it), and those of the functions
+    `old` was and held."""
+    path, _, key = name.rpartition(".")
+    module, _, kind = path.rpartition(".")
+    owner = sys.modules.get(path) or getattr(sys.modules.get(module), "__dict__", {}).get(kind)
+    made: set[tuple[Any, str]] = set()
+    if isinstance(owner, types.ModuleType):
+        made.add((owner.__name__, key))
+    elif isinstance(owner, type):
+        made.add((owner.__module__, f"{owner.__qualname__}.{key}"))
+    for function in [old, *_wrapped_by(old)] if old is not None else []:
+        if type(function) is types.FunctionType:
+            made.add((function.__globals__.get("__name__"), function.__code__.co_qualname))
+    return made
 
 
 # What has a function's code in `_made_by_its_library`: a function, and what holds one.
@@ -2024,7 +2083,7 @@ def functions_kept(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
             for index, kept in moved
             for change in _rebound(*kept, saved)
             if index < narrow
-            or not _made_by_its_library(change[3], vars(change[0]).get(change[1]), there)
+            or not _made_by_its_library(change[3], vars(change[0]).get(change[1]), there, change[2])
         ]
         for owner, key, old, _, _ in changed:
             if old is _ADDED:

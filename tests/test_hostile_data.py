@@ -6902,19 +6902,32 @@ def test_a_data_module_that_uses_heavy_libraries_is_not_refused_by_the_wide_hold
 def test_a_librarys_own_doing_is_no_change(tmp_path):
     """What the wide hold and the import system's hold let pass as a library's own doing, each
     against its refused twin: a property its own package's code made, put over one of its
-    classes' (torch's compiler cache), against the user's function or another of the library's
-    held functions moved into the place; a module's file run again by its package and put in
+    classes' (torch's compiler cache), against the user's function, another of the library's
+    functions (its code made for another name) or one of its held functions moved into the
+    place; a module's file run again by its package and put in
     its place in sys.modules (transformers' `direct_transformers_import`), against another
     module of that name."""
     import importlib.util
     import json.decoder
 
+    from torch.compiler import _cache
+
     from executor.data import BadArgumentError, _made_by_its_library, import_system_kept
 
-    made = property(json.decoder.py_scanstring)  # its code in the library's own files
-    name = "json.decoder.JSONDecoder.decode"
+    class Artifact(_cache.CacheArtifact):  # what torch's compiler registers as it is imported
+        @staticmethod
+        def type():
+            return "rt63"
+
+    _cache.CacheArtifactFactory.register(Artifact)  # a closure's property on CacheInfo
+    made = vars(_cache.CacheInfo)["rt63_artifacts"]
+    del _cache.CacheInfo.rt63_artifacts, _cache.CacheArtifactFactory._artifact_types["rt63"]
+    name = "torch.compiler._cache.CacheInfo.inductor_artifacts"  # its stub property
     assert _made_by_its_library(name, made, there=set())
+    name = "json.decoder.JSONDecoder.decode"
     assert not _made_by_its_library(name, property(lambda self: 1), there=set())  # the user's
+    # The sixty-third round: another function of the library's, its code made for another name.
+    assert not _made_by_its_library(name, property(json.decoder.py_scanstring), there=set())
     # The fifty-eighth round: the user's, under `functools.wraps`, which copies `__module__`
     # (a no-op in pipeplan's own check_data_facts' place trained ranks on other data).
     import functools
@@ -7672,6 +7685,58 @@ def test_an_object_naming_a_torch_functions_code_as_its_own_is_not_torchs():
     getter = Forged()
     getter.fget = old
     assert not _made_by_its_library(name, getter, there=set())
+
+
+@pytest.mark.parametrize(
+    "module, kind, key, source",
+    [
+        ("transformers.activations", "GELUActivation", "forward", "LinearActivation.forward"),
+        ("re", "", "compile", "escape"),
+        ("torch.nn.init", "", "normal_", "zeros_"),
+        (
+            "transformers.models.bert.modeling_bert",
+            "BertIntermediate",
+            "forward",
+            "BertPooler.forward",
+        ),
+    ],
+)
+def test_a_function_made_of_another_library_functions_code_is_not_the_librarys(
+    module, kind, key, source
+):
+    """Found by the sixty-third round: a new function made of another function's code of the
+    same package (`types.FunctionType(LinearActivation.forward.__code__, …, "forward")`,
+    `__qualname__` set to the name's) passed the wide check as the library's own: at
+    GELUActivation.forward every GELU was the identity, exit 0; re.escape's code at
+    re.compile, zeros_' at normal_ too. A function the library puts at a held name has code
+    made for that name (its `co_qualname`, of that module): the forged one is refused and put
+    back; the held one made anew of its own code passes."""
+    import importlib
+
+    from executor.data import BadArgumentError, functions_kept
+
+    home = importlib.import_module(module)
+    held = getattr(home, kind) if kind else home
+    old, donor = vars(held)[key], home
+    for part in source.split("."):
+        donor = getattr(donor, part)
+
+    def made_of(function):
+        made = types.FunctionType(function.__code__, function.__globals__, key)
+        made.__defaults__, made.__qualname__ = function.__defaults__, old.__qualname__
+        return made
+
+    name = re.escape(".".join(part for part in (module, kind, key) if part))
+    try:
+        refused = pytest.raises(BadArgumentError, match=f"replaced {name};")
+        with refused, functions_kept("m:load", "the data function", wide=True):
+            setattr(held, key, made_of(donor))
+        assert vars(held)[key] is old
+        with functions_kept("m:load", "the data function", wide=True):
+            setattr(held, key, made_of(old))
+        assert vars(held)[key] is not old
+    finally:
+        setattr(held, key, old)
 
 
 def test_what_a_rank_trains_and_writes_with_is_held_to_its_start():
