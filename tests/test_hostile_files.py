@@ -1167,6 +1167,35 @@ def test_an_export_that_cannot_be_written_leaves_nothing(tmp_path, monkeypatch, 
     assert entries(tmp_path) == []
 
 
+def test_a_second_stop_in_an_exports_clean_up_leaves_no_staging_folder(
+    finished_run, tmp_path, monkeypatch, capsys
+):
+    """Found by the sixty-third round: SIGHUP then SIGTERM back to back (`kill -HUP $P; kill
+    $P`; a closing terminal, then a session manager's stop) during `export` left its
+    half-written `.pipeplan-export-…/` beside --out: the second stop raised inside the
+    first one's clean-up, and the line named the second. The first stop is acted on, the
+    second ignored: the staging folder goes, and one line names SIGHUP."""
+    import signal
+
+    from pipeplan import models
+
+    def stop(name: str) -> None:  # its handler (the command's) runs as os.kill returns
+        os.kill(os.getpid(), getattr(signal, name))
+
+    rmtree = shutil.rmtree
+
+    def removing(path, *args, **kwargs):
+        if Path(path).name.startswith(".pipeplan-export-"):
+            stop("SIGTERM")  # as the first stop's clean-up starts
+        rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(models, "_drop_ids_outside_vocabulary", lambda folder: stop("SIGHUP"))
+    monkeypatch.setattr(models.shutil, "rmtree", removing)
+    assert cli.main(["export", str(finished_run), "--out", str(tmp_path / "m")]) == 129
+    assert capsys.readouterr().err == "pipeplan: stopped by SIGHUP\n"
+    assert entries(tmp_path) == []
+
+
 def test_an_export_removes_what_a_killed_export_left_beside_its_folder(tmp_path):
     """Found by the fifty-seventh round: `export` killed outright (SIGKILL) left its temporary
     folder, as large as the model, beside DIR, and every later export to DIR left it there.
