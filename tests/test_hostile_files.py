@@ -1249,7 +1249,9 @@ def test_a_command_on_a_run_removes_the_model_export_a_killed_run_left(
     run that had trained all its epochs; the resume the README named as its cleaner is
     refused for such a run, and export, report and calibrate left it for good. Each command
     that reads or claims the run directory removes a run's export whose writer is gone (as
-    `export` does beside its --out); a live writer's stays."""
+    `export` does beside its --out); a live writer's stays. Found by the sixty-third round:
+    the same kill as rank 0 wrote summary.json left `.summary.json.….tmp`, which only a next
+    write into the folder removed (a finished run has none): it goes too, a live one's stays."""
     import subprocess
 
     from executor.cache import process_start
@@ -1267,9 +1269,13 @@ def test_a_command_on_a_run_removes_the_model_export_a_killed_run_left(
         (run / name).mkdir()
         (run / name / "config.json").write_text("{}")
         (run / name / models.EXPORT_MARK).touch()
+    staged = {owner: run / f".summary.json.{owner}-0a1b2c3d.tmp" for owner in (gone, owner_tag())}
+    for path in staged.values():
+        path.write_text("{")
     argv = [part.format(run=run, tmp=tmp_path) for part in command]
     assert cli.main(argv) == (2 if "--resume" in argv else 0), capsys.readouterr().err
     assert not (run / left).exists() and (run / live / models.EXPORT_MARK).exists()
+    assert not staged[gone].exists() and staged[owner_tag()].exists()
 
 
 def test_an_export_to_a_name_near_name_max_is_written(tmp_path):
