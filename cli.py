@@ -918,13 +918,36 @@ def _said_ignored(unraisable: object) -> None:
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
-    if not _deferred(signum, frame):
+    if not _stop_landed() and not _deferred(signum, frame):
         raise Interrupted
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
-    if not _deferred(signum, frame):
+    if not _stop_landed() and not _deferred(signum, frame):
         raise Stopped(signum)
+
+
+def _stop_landed() -> bool:
+    """Whether the command is acting on a stop already: a later one is ignored. Found by the
+    sixty-third round: two stops within milliseconds (`kill -TERM -- -PGID` of a group that
+    holds `timeout`, which sends it on; a closing terminal's two SIGHUPs) printed the line
+    twice, or a traceback with exit 1 (the second raised in `main`'s `except` or `finally`),
+    and cut the first one's clean-up short (export's `.pipeplan-export-…/` was left). A stop
+    has landed while what it raised is being handled (a clean-up's `except BaseException` or
+    `finally`, or an exception that clean-up raised), and once `main` has caught it
+    (`_said`) until the next `main`. One swallowed (data code's bare `except:`) or dropped
+    (raised in a finalizer, then delivered again) is not acted on: the next stop is."""
+    if _said:
+        return True
+    exc = sys.exc_info()[1]
+    while exc is not None:
+        if isinstance(exc, (Stopped, Interrupted, KeyboardInterrupt)):
+            return True
+        exc = exc.__context__
+    return False
+
+
+_said: list[int] = []  # the stop `main` caught, while it says it and puts the handlers back
 
 
 def _deferred(signum: int, frame: FrameType | None) -> bool:
@@ -1009,6 +1032,7 @@ def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else list(argv)
     args = _hoist_debug(given)
     handlers = {signal.SIGINT: _interrupt, **dict.fromkeys(STOP_SIGNALS, _stop)}
+    _said.clear()
     previous = _install({signum: handlers[signum] for signum in set(handlers) - set(ignored())})
     log.threads_held()
     try:
@@ -1047,9 +1071,11 @@ def main(argv: list[str] | None = None) -> int:
         log.error(_cut_arguments(message, args))
         return 2
     except (Interrupted, KeyboardInterrupt, typer.Abort):
+        _said.append(signal.SIGINT)  # from here to the end, later stops are ignored
         print("pipeplan: interrupted", file=sys.stderr)
         return 130
     except Stopped as exc:
+        _said.append(exc.signum)
         print(f"pipeplan: {stopped_by(exc.signum)}", file=sys.stderr)
         return 128 + exc.signum
     except (ImportError, MemoryError) as exc:  # a library that cannot load for lack of memory
@@ -1069,8 +1095,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         if argv is None:  # the process's own run: a later Ctrl-C has nothing left to stop (it
-            # raised at exit, or a traceback; one in the lines below did: the fifty-sixth round)
-            _install({**(previous or {}), signal.SIGINT: signal.SIG_IGN})
+            # raised at exit, or a traceback; one in the lines below did: the fifty-sixth round),
+            # nor, once a stop has been said, a later stop: the process ends as it said
+            ends = (signal.SIGINT, *STOP_SIGNALS) if _said else (signal.SIGINT,)
+            _install({**(previous or {}), **dict.fromkeys(ends, signal.SIG_IGN)})
         elif previous is not None:
             _install(previous)
         log.thread_lines()  # after a failure, nothing: its error line stays the last

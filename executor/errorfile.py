@@ -84,13 +84,20 @@ def _fitted(text: str, budget: int, end: bool = False) -> str:
 
 # A rank's own failures (its code raised, its SIGINT); the others are a peer's consequence.
 OWN_FAULT = ("raised", "interrupted")
+# The one stop torch's agent sends a rank (once another has failed); a rank stopped by any
+# other signal (SIGHUP, SIGUSR1, …) was sent it from outside.
+AGENTS_STOP = "stopped by SIGTERM"
 
 
 def _dumps(rank: int, kind: str, when: float, message: str, callstack: str) -> str:
     # torch's agent names the root cause by the whole-second timestamp, the lowest rank on a
     # tie: a peer that lost rank 1 in the second rank 1 raised was named (the fifty-first
-    # round, 3 of 14). An own fault's second is taken down, a consequence's up.
-    stamp = math.floor(when) if kind in OWN_FAULT else math.ceil(when)
+    # round, 3 of 14). An own fault's second is taken down, a consequence's up. A stop from
+    # outside is the rank's own: `kill -USR1` to rank 1 under torchrun named rank 0, which
+    # the agent then SIGTERMed (no report: stamped the second the agent saw it), as the root
+    # cause (the sixty-third round).
+    own = kind in OWN_FAULT or (kind == "stopped" and message != AGENTS_STOP)
+    stamp = math.floor(when) if own else math.ceil(when)
     return json.dumps(
         {
             "message": {

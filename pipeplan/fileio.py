@@ -675,14 +675,17 @@ def remove_dead_exports(folder: HeldFolder) -> None:
 
 
 def _run_exports_removed(directory: Path) -> None:
-    """The run's own model exports (`model/` as written) whose writer is gone, removed from
-    `directory` as a command claims (`claim_directory`) or reads (`reading_run`) it: `pipeplan
-    run` killed outright (SIGKILL) as its ranks exported the model left its
-    `.pipeplan-export-…/` in a run that had finished its epochs, which no resume removed (it
-    is refused) and export, report and calibrate left for good (the sixty-second round).
-    Never raises."""
+    """The run's own model exports (`model/` as written) and staged files (`.NAME.….tmp`)
+    whose writer is gone, removed from `directory` as a command claims (`claim_directory`) or
+    reads (`reading_run`) it: `pipeplan run` killed outright (SIGKILL) as its ranks exported
+    the model left its `.pipeplan-export-…/` in a run that had finished its epochs, which no
+    resume removed (it is refused) and export, report and calibrate left for good (the
+    sixty-second round); killed as rank 0 wrote summary.json, its `.summary.json.….tmp`,
+    which only a next write into the folder removed, and a finished run has none (the
+    sixty-third). Never raises."""
     with suppress(OSError, OutputError), held_folder(directory) as folder:
         remove_dead_exports(folder)
+        _remove_left_temporaries(folder)
 
 
 def _new_file(folder: HeldFolder, prefix: str, suffix: str) -> tuple[int, str]:

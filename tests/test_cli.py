@@ -1075,6 +1075,49 @@ def test_each_new_stop_signal_at_any_stage_of_a_command_is_one_line():
     assert done.stderr.splitlines() == [f"pipeplan: stopped by {names[s]}" for s in new]
 
 
+@pytest.mark.timeout(120)
+def test_a_second_stop_while_the_first_is_acted_on_is_ignored():
+    """Found by the sixty-third round: two stops within milliseconds (`kill -TERM -- -PGID`
+    of a group holding `timeout`, which sends it on; a closing terminal's two SIGHUPs) printed
+    `pipeplan: stopped by SIGTERM` twice, or a traceback with exit 1, and cut the first one's
+    clean-up short. The first stop is the one acted on: a later one, as the first is unwound
+    (a clean-up's `finally`), as `main` says it, as it puts the handlers back, and (the
+    command's process) up to its exit, is ignored. One line, the first's exit code."""
+    code = (
+        "import os, signal, sys, time, cli\n"
+        "install, said = cli._install, cli.stopped_by\n"
+        "def stop(name):  # its handler runs as os.kill returns\n"
+        "    os.kill(os.getpid(), getattr(signal, name))\n"
+        "def unwound(given):\n"
+        "    try:\n"
+        "        stop('SIGHUP'); time.sleep(30)\n"
+        "    finally:  # a clean-up\n"
+        "        stop('SIGTERM'); print('cleaned', flush=True)\n"
+        "cli._check_repeats = unwound\n"
+        "print(cli.main(['plan', '--help']), flush=True)\n"
+        "cli._check_repeats = lambda given: (stop('SIGHUP'), time.sleep(30))\n"
+        "cli.stopped_by = lambda signum: (stop('SIGTERM'), said(signum))[1]\n"
+        "print(cli.main(['plan', '--help']), flush=True)\n"
+        "cli.stopped_by = said\n"
+        "cli._install = lambda handlers: (\n"
+        "    cli._stop not in handlers.values() and stop('SIGTERM'), install(handlers))[1]\n"
+        "print(cli.main(['plan', '--help']), flush=True)\n"
+        "cli._install = install\n"
+        "sys.argv = ['pipeplan', 'plan', '--help']\n"
+        "code = cli.main()  # the command's process\n"
+        "stop('SIGTERM')\n"
+        "print('after', code, flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert (done.returncode, done.stdout.splitlines()) == (
+        0,
+        ["cleaned", "129", "129", "129", "after 129"],
+    ), done.stderr[-3000:]
+    assert done.stderr.splitlines() == ["pipeplan: stopped by SIGHUP"] * 4
+
+
 def test_importing_cli_elsewhere_leaves_the_signals_alone():
     """A program or a test that imports cli keeps its own Ctrl-C: only the command's process
     (`pipeplan`, `python -m cli`) ends at once."""

@@ -1167,6 +1167,35 @@ def test_an_export_that_cannot_be_written_leaves_nothing(tmp_path, monkeypatch, 
     assert entries(tmp_path) == []
 
 
+def test_a_second_stop_in_an_exports_clean_up_leaves_no_staging_folder(
+    finished_run, tmp_path, monkeypatch, capsys
+):
+    """Found by the sixty-third round: SIGHUP then SIGTERM back to back (`kill -HUP $P; kill
+    $P`; a closing terminal, then a session manager's stop) during `export` left its
+    half-written `.pipeplan-export-…/` beside --out: the second stop raised inside the
+    first one's clean-up, and the line named the second. The first stop is acted on, the
+    second ignored: the staging folder goes, and one line names SIGHUP."""
+    import signal
+
+    from pipeplan import models
+
+    def stop(name: str) -> None:  # its handler (the command's) runs as os.kill returns
+        os.kill(os.getpid(), getattr(signal, name))
+
+    rmtree = shutil.rmtree
+
+    def removing(path, *args, **kwargs):
+        if Path(path).name.startswith(".pipeplan-export-"):
+            stop("SIGTERM")  # as the first stop's clean-up starts
+        rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(models, "_drop_ids_outside_vocabulary", lambda folder: stop("SIGHUP"))
+    monkeypatch.setattr(models.shutil, "rmtree", removing)
+    assert cli.main(["export", str(finished_run), "--out", str(tmp_path / "m")]) == 129
+    assert capsys.readouterr().err == "pipeplan: stopped by SIGHUP\n"
+    assert entries(tmp_path) == []
+
+
 def test_an_export_removes_what_a_killed_export_left_beside_its_folder(tmp_path):
     """Found by the fifty-seventh round: `export` killed outright (SIGKILL) left its temporary
     folder, as large as the model, beside DIR, and every later export to DIR left it there.
@@ -1220,7 +1249,9 @@ def test_a_command_on_a_run_removes_the_model_export_a_killed_run_left(
     run that had trained all its epochs; the resume the README named as its cleaner is
     refused for such a run, and export, report and calibrate left it for good. Each command
     that reads or claims the run directory removes a run's export whose writer is gone (as
-    `export` does beside its --out); a live writer's stays."""
+    `export` does beside its --out); a live writer's stays. Found by the sixty-third round:
+    the same kill as rank 0 wrote summary.json left `.summary.json.….tmp`, which only a next
+    write into the folder removed (a finished run has none): it goes too, a live one's stays."""
     import subprocess
 
     from executor.cache import process_start
@@ -1238,9 +1269,13 @@ def test_a_command_on_a_run_removes_the_model_export_a_killed_run_left(
         (run / name).mkdir()
         (run / name / "config.json").write_text("{}")
         (run / name / models.EXPORT_MARK).touch()
+    staged = {owner: run / f".summary.json.{owner}-0a1b2c3d.tmp" for owner in (gone, owner_tag())}
+    for path in staged.values():
+        path.write_text("{")
     argv = [part.format(run=run, tmp=tmp_path) for part in command]
     assert cli.main(argv) == (2 if "--resume" in argv else 0), capsys.readouterr().err
     assert not (run / left).exists() and (run / live / models.EXPORT_MARK).exists()
+    assert not staged[gone].exists() and staged[owner_tag()].exists()
 
 
 def test_an_export_to_a_name_near_name_max_is_written(tmp_path):

@@ -2526,6 +2526,24 @@ def test_torchruns_root_cause_is_the_own_fault_within_one_second():
     )
 
 
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGHUP, signal.SIGRTMIN + 3])
+def test_torchruns_root_cause_is_the_rank_a_stop_from_outside_ended(signum):
+    """Found by the sixty-third round: under torchrun, SIGUSR1 or SIGHUP to rank 1 made
+    torchrun's summary name rank 0 as the root cause ("Signal 15 (SIGTERM)"): the agent
+    SIGTERMed it once rank 1 had ended, and torch stamps a rank without a report with the
+    second it saw it, while rank 1's "stopped" report took its second up, as a consequence's.
+    Only SIGTERM, the agent's own stop, is a consequence; a stop by any other signal came
+    from outside, its second taken down as an own fault's."""
+
+    def stamp(signum: int, at: float) -> int:
+        why = faults.describe(Stopped(signum), "stopped")
+        data = json.loads(report(1, "stopped", at, why).to_json())
+        return int(data["message"]["extraInfo"]["timestamp"])
+
+    assert stamp(signum, 100.6) == 100
+    assert stamp(signal.SIGTERM, 100.3) == 101
+
+
 def test_a_rank_killed_by_sigbus_is_said_to_be_likely_a_full_disk():
     """Found by the fifty-seventh round: a disk filled by another process under the
     activation cache's mapped files killed rank 0 by SIGBUS, and the run's line said "killed
