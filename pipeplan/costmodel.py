@@ -399,6 +399,7 @@ class CostModel:
         self._links = BoundedCache(KEPT_RANK_CELLS)
         self._moves: dict[tuple, float] = {}
         self._moves_cells = 0
+        self.moved_prefix = lru_cache(maxsize=64)(self._moved_prefix)  # a plan's freeze points
 
     # ------------------------------------------------------------------ per layer
 
@@ -761,18 +762,24 @@ class CostModel:
             self._moves_cells += cells
         return self._moves[key]
 
+    def _moved_prefix(self, frozen_layers: int) -> np.ndarray:
+        """What a rank that newly holds layers 0..i−1 receives, in bytes, for i = 0..L (the
+        cumulative sum): each layer's weights, plus the AdamW moments of those past the
+        freeze point (`move_s`)."""
+        moments = self.params.adam_state_per_param_byte
+        per_copy = self.param_bytes * (
+            1.0 + np.where(np.arange(self.num_layers) >= frozen_layers, moments, 0.0)
+        )
+        return np.concatenate([[0.0], np.cumsum(per_copy)])
+
     def _move_s(self, old: Layout, new: Layout) -> float:
         # Layouts read from run records (calibrate) reach here unpriced: one line, not an
         # index error, when they do not fit this model and cluster.
         for layout in (old, new):
             layout.check_placement(self.num_layers, self.cluster.num_devices)
-        moments = self.params.adam_state_per_param_byte
-        per_copy = self.param_bytes * (
-            1.0 + np.where(np.arange(self.num_layers) >= new.frozen_layers, moments, 0.0)
-        )
-        prefix = np.concatenate([[0.0], np.cumsum(per_copy)])
-        new_first, new_stop = _held(new, self.cluster.num_devices)
-        old_first, old_stop = _held(old, self.cluster.num_devices)
+        prefix = self.moved_prefix(new.frozen_layers)
+        new_first, new_stop = held_layers(new, self.cluster.num_devices)
+        old_first, old_stop = held_layers(old, self.cluster.num_devices)
         # A rank holds one contiguous range in each layout: it receives the new one minus
         # what it already had.
         kept_first = np.maximum(new_first, old_first)
@@ -811,7 +818,16 @@ def same_placement(old: Layout, new: Layout) -> bool:
     return placement_of(old) == placement_of(new)
 
 
-def _held(layout: Layout, num_devices: int) -> tuple[np.ndarray, np.ndarray]:
+def placed_alike(old: Layout, new: Layout, devices_per_node: int) -> bool:
+    """Equal but for their rank maps, which are priced alike (`_priced_alike`): the same
+    layout on other ranks, to the planner (`plan._moved_onto`)."""
+    if old.model_copy(update={"rank_map": new.rank_map}) != new:
+        return False
+    maps = (np.asarray(layout.rank_map) for layout in (old, new))
+    return len({_priced_alike(ranks, devices_per_node) for ranks in maps}) == 1
+
+
+def held_layers(layout: Layout, num_devices: int) -> tuple[np.ndarray, np.ndarray]:
     """Per rank, the [first, stop) layers it holds (an empty range when it holds none)."""
     first = np.zeros(num_devices, dtype=np.int64)
     stop = np.zeros(num_devices, dtype=np.int64)

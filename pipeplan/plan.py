@@ -19,6 +19,7 @@ import itertools
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
 from pydantic import Field
 
 from pipeplan.costmodel import (
@@ -26,6 +27,8 @@ from pipeplan.costmodel import (
     CostParams,
     Evaluation,
     StageReport,
+    held_layers,
+    placed_alike,
     placement_of,
     same_placement,
 )
@@ -403,8 +406,9 @@ def _over_the_schedule(
         return greedy
     placements += [p for p in others if p not in placements][: room - len(placements)]
     evaluated = {e.layout: e for e in found} | {c.layout: c.steady for *_, c in greedy}
+    moves: dict[tuple, list[tuple[tuple[int, ...], ...]]] = {}
     greedy_total = sum(c.total_s(e) for _, e, c in greedy)
-    best_total, chosen = _shortest_path(model, shape, cache, greedy, placements, evaluated)
+    best_total, chosen = _shortest_path(model, shape, cache, greedy, placements, evaluated, moves)
     # Widened until every layout a faster sequence could use was weighed (each search listed
     # all of its allowance) or the caps are reached: each round lists more per search, within
     # the allowance the best total so far leaves, which only shrinks.
@@ -426,7 +430,9 @@ def _over_the_schedule(
         wider = wider[: min(most, room - len(placements))]
         if wider:
             placements = placements + wider
-            best_total, chosen = _shortest_path(model, shape, cache, greedy, placements, evaluated)
+            best_total, chosen = _shortest_path(
+                model, shape, cache, greedy, placements, evaluated, moves
+            )
         if every_one or per_search >= WIDENED_PER_SEARCH_MOST:
             break
         per_search, most = per_search * WIDENING_ROUNDS_GROW, most * WIDENING_ROUNDS_GROW
@@ -435,14 +441,20 @@ def _over_the_schedule(
     # The phase-by-phase search's runner-ups but the layout chosen instead of its best: a
     # plan lists each other layout once (`Plan._layouts_run`).
     return [
-        (start, epochs, replace(choice, runner_ups=_others(greedy_choice.runner_ups, choice)))
+        (
+            start,
+            epochs,
+            replace(choice, runner_ups=_others(greedy_choice.runner_ups, choice, model)),
+        )
         for (start, epochs, greedy_choice), choice in zip(greedy, chosen, strict=True)
     ]
 
 
-def _others(runner_ups: list[Evaluation], choice: _Choice) -> list[Evaluation]:
-    """`runner_ups` but `choice`'s layout: `_others(greedy.runner_ups, chosen)`."""
-    return [e for e in runner_ups if e.layout != choice.layout]
+def _others(runner_ups: list[Evaluation], choice: _Choice, model: CostModel) -> list[Evaluation]:
+    """`runner_ups` but `choice`'s layout, on any ranks priced alike (`_moved_onto` may
+    have moved it): `_others(greedy.runner_ups, chosen, model)`."""
+    per_node = model.cluster.devices_per_node
+    return [e for e in runner_ups if not placed_alike(e.layout, choice.layout, per_node)]
 
 
 # The schedule-wide choice's widening (`_widened`). It runs unless the plan is proven within
@@ -548,21 +560,47 @@ def _shortest_path(
     greedy: list[tuple[int, int, _Choice]],
     placements: list[Layout],
     evaluated: dict[Layout, Evaluation],
+    moves: dict[tuple, list[tuple[tuple[int, ...], ...]]],
 ) -> tuple[float, list[_Choice]]:
     """The cheapest sequence of `placements` over the phases of `greedy` (each with its
     phase's freeze point; cached where the cache can hit, and uncached) and its total.
-    `evaluated`: the simulations known, added to."""
+    `evaluated`: the simulations known, added to; `moves` likewise the rank maps
+    `_moved_onto` offered."""
 
     def steady(layout: Layout) -> Evaluation:
         if layout not in evaluated:
             evaluated[layout] = model.evaluate(layout, record=False)
         return evaluated[layout]
 
-    def priced(layout: Layout, previous: Layout | None) -> _Choice:
+    def priced(layout: Layout, previous: Layout | None, epochs: int, beat: float) -> _Choice:
+        """`layout` after `previous`, or on the ranks `_moved_onto` offers where that is
+        cheaper (the same step, a smaller move): a sequence's transitions are priced so.
+        Those are sought only where they could cost less than `beat`."""
         uncached = steady(layout.model_copy(update={"cached": False})) if layout.cached else None
-        return priced_choice(model, shape, layout, previous, steady(layout), uncached)
+        best = priced_choice(model, shape, layout, previous, steady(layout), uncached)
+        if previous is None or best.transition_s == 0:
+            return best
+        # Other ranks spare at most the move, and the group rebuild only on the previous
+        # placement; a cached phase may also keep the previous phase's caches on its nodes.
+        total = best.total_s(epochs)
+        if best.cache is None or not previous.cached or best.cache.covered_epochs:
+            kept = _unplaced(layout) == _unplaced(previous)
+            if total - best.transition_s + (0.0 if kept else model.group_rebuild_s) >= beat:
+                return best
+        key = (previous.boundaries, previous.rank_map, layout.boundaries, layout.rank_map)
+        key += (layout.frozen_layers,)
+        if key not in moves:
+            moves[key] = [m.rank_map for m in _moved_onto(model, previous, layout)]
+        for rank_map in moves[key]:
+            moved = layout.model_copy(update={"rank_map": rank_map})
+            alike = replace(steady(layout), layout=moved)
+            choice = priced_choice(model, shape, moved, previous, alike, uncached)
+            if choice.total_s(epochs) < total:
+                best, total = choice, choice.total_s(epochs)
+        return best
 
-    # Per phase, each layout's cheapest (total up to its end, the layout before it, its choice).
+    # Per phase, each layout's cheapest (total up to its end, the layout before it, its choice:
+    # on the ranks it moves onto, which the next phase moves from).
     paths: list[dict[Layout, tuple[float, Layout | None, _Choice]]] = []
     for p, (_, epochs, greedy_choice) in enumerate(greedy):
         # A phase that only fills its cache pays off in the next, cached phase (the fifty-
@@ -570,6 +608,8 @@ def _shortest_path(
         followed = p < len(greedy) - 1
         frozen = greedy_choice.layout.frozen_layers
         ends = sorted(paths[-1].items(), key=lambda end: end[1][0]) if paths else [(None, (0.0,))]
+        # (the layout key, the total so far, the ranks it ran on)
+        ran = [(key, so_far, end[-1].layout if end else None) for key, (so_far, *end) in ends]
         now: dict[Layout, tuple[float, Layout | None, _Choice]] = {}
         for placement in placements:
             for cached in [False, True] if cache and frozen > 0 else [False]:
@@ -579,15 +619,16 @@ def _shortest_path(
                 # An uncached phase costs its steps whatever came before and a transition only
                 # adds: once the totals so far reach the best found, none after them is cheaper.
                 floor = 0.0 if cached else shape.steps_per_epoch * epochs * steady(layout).step_s
-                for previous, (so_far, *_) in ends:
+                for key, so_far, previous in ran:
                     if layout in now and so_far + floor >= now[layout][0]:
                         break
                     if cached and not (followed or cache_can_hit(epochs, previous)):
                         continue
-                    choice = priced(layout, previous)
+                    beat = now[layout][0] - so_far if layout in now else math.inf
+                    choice = priced(layout, previous, epochs, beat)
                     total = so_far + choice.total_s(epochs)
                     if layout not in now or total < now[layout][0]:
-                        now[layout] = (total, previous, choice)
+                        now[layout] = (total, key, choice)
         paths.append(now)
     if not paths[-1]:
         return math.inf, []
@@ -598,6 +639,104 @@ def _shortest_path(
         _, layout, choice = now[layout]
         chosen.insert(0, choice)
     return paths[-1][last][0], chosen
+
+
+def _unplaced(layout: Layout) -> tuple:
+    """What a layout's placement holds but its ranks (`same_placement`)."""
+    return (
+        layout.boundaries,
+        layout.micro_batches,
+        layout.micro_batch_size,
+        layout.schedule,
+        layout.replicas,
+    )
+
+
+def _moved_onto(model: CostModel, previous: Layout, layout: Layout) -> list[Layout]:
+    """`layout` on other ranks, priced alike for its step, that receive less moving from
+    `previous` (§4.12): `for moved in _moved_onto(model, previous, layout): ...`. A step's
+    price reads each cell's node alone, node names aside (`costmodel._priced_alike`): the
+    ranks of a node are interchangeable, and so are the nodes, whose links are alike. A move
+    reads which ranks held which layers (`CostModel.move_s`), so the solver's map, one of
+    each alike kind, may move what other ranks already hold (the sixty-third round: a later
+    1x1 on rank 0 received the trainable layers rank 1 held, with their moments: 5 % slower
+    on 1 × 2, 16.7 % on 2 × 3). Each node of the map goes to the node whose ranks would
+    receive least at most, then each of its cells to a rank of it likewise (`_bottleneck`:
+    the busiest receiver bounds the move), with the node map only where every row's nodes
+    stay in order and each row's ranks sorted, as the executor runs them; rows that are
+    `previous`'s in its order (its groups kept). Empty when none can receive less."""
+    G = model.cluster.devices_per_node
+    ranks = np.asarray(layout.rank_map, dtype=np.int64)
+    b = np.asarray(layout.boundaries)
+    first = np.broadcast_to(b[:-1], ranks.shape).reshape(-1)
+    stop = np.broadcast_to(b[1:], ranks.shape).reshape(-1)
+    prefix = model.moved_prefix(layout.frozen_layers)
+    held_first, held_stop = held_layers(previous, model.cluster.num_devices)
+    # [cell, rank]: what the rank would receive if it ran the cell.
+    low = np.maximum(first[:, None], held_first[None, :])
+    high = np.maximum(np.minimum(stop[:, None], held_stop[None, :]), low)
+    received = (prefix[stop] - prefix[first])[:, None] - (prefix[high] - prefix[low])
+    cells = np.arange(ranks.size)
+    moved: list[Layout] = []
+
+    def add(rank_map: tuple[tuple[int, ...], ...]) -> None:
+        # Replicas in the previous phase's order where they are its rows: no group changes.
+        if sorted(rank_map) == sorted(previous.rank_map):
+            rank_map = previous.rank_map
+        if rank_map != layout.rank_map and all(m.rank_map != rank_map for m in moved):
+            moved.append(layout.model_copy(update={"rank_map": rank_map}))
+
+    add(layout.rank_map)
+    if received[cells, ranks.reshape(-1)].max() <= received.min(axis=1).max():
+        return moved  # no rank map receives less at its busiest
+    node = ranks.reshape(-1) // G
+    used = np.unique(node)
+    # [used node, node]: the most a cell of the one would receive on its best rank of the other.
+    on_node = received.reshape(ranks.size, -1, G).min(axis=2)
+    order = np.argsort(node, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(node[order]) != 0])
+    worst = np.maximum.reduceat(on_node[order], starts, axis=0)
+    onto = np.arange(model.cluster.nodes)
+    onto[used] = _bottleneck(worst)
+    # Else the nodes as they are: a row's nodes would go out of order.
+    if not (np.diff(onto[node].reshape(ranks.shape), axis=1) >= 0).all():
+        onto = np.arange(model.cluster.nodes)
+    # Each cell on its device of the node it goes to, unless another receives less at most
+    # there than the least the busiest receiver needs (on a large cluster, most nodes).
+    new = onto[node] * G + ranks.reshape(-1) % G
+    least = received.min(axis=1).max()
+    for u in used:
+        mine = np.flatnonzero(node == u)
+        if received[mine, new[mine]].max() <= least:
+            continue
+        devices = onto[u] * G + np.arange(G)
+        new[mine] = devices[_bottleneck(received[np.ix_(mine, devices)])]
+    # Nodes in order along each row: sorting a row keeps each stage on its node.
+    add(tuple(map(tuple, np.sort(new.reshape(ranks.shape), axis=1).tolist())))
+    return moved
+
+
+def _bottleneck(cost: np.ndarray) -> np.ndarray:
+    """The columns an assignment of `cost`'s rows (no more than its columns) gives them,
+    its largest cost the least and, of those, its sum: `columns = _bottleneck(cost)`."""
+    if len(cost) == 1:
+        return np.argmin(cost, axis=1)
+    from scipy.optimize import linear_sum_assignment  # here: scipy.optimize slows start-up
+
+    values = np.unique(cost)
+    lowest, highest = 0, len(values) - 1
+    while lowest < highest:  # the least cost every row can be held to
+        middle = (lowest + highest) // 2
+        over = (cost > values[middle]).astype(float)
+        rows, columns = linear_sum_assignment(over)
+        if over[rows, columns].any():
+            lowest = middle + 1
+        else:
+            highest = middle
+    # The cheapest within it: any cost above it weighs more than every row's at it.
+    allowed = np.where(cost > values[lowest], (abs(values).max() + 1.0) * (len(cost) + 1), cost)
+    rows, columns = linear_sum_assignment(allowed)
+    return columns[np.argsort(rows)]
 
 
 def decide_phase(

@@ -528,9 +528,9 @@ def test_the_plan_is_the_cheapest_sequence_of_the_layouts_its_searches_found(
         seen.update(greedy=greedy)
         return over(model, shape, cache, greedy, *rest)
 
-    def weighed(model, shape, cache, greedy, placements, evaluated):
+    def weighed(model, shape, cache, greedy, placements, *rest):
         seen.update(placements=list(placements))  # the last: with the widened ones
-        return path(model, shape, cache, greedy, placements, evaluated)
+        return path(model, shape, cache, greedy, placements, *rest)
 
     monkeypatch.setattr(planning, "_over_the_schedule", spy)
     monkeypatch.setattr(planning, "_shortest_path", weighed)
@@ -544,9 +544,12 @@ def test_the_plan_is_the_cheapest_sequence_of_the_layouts_its_searches_found(
         profile, cluster, global_batch=16, samples=160, epochs=4, freeze=freeze, cache=cache
     )
     greedy_total = sum(c.total_s(e) for _, e, c in seen["greedy"])
+    # (and the plan's own: a phase may run on other ranks priced alike, `_moved_onto`)
     placements = {
         layout.model_copy(update={"frozen_layers": 0, "cached": False})
-        for layout in [c.layout for *_, c in seen["greedy"]] + seen["placements"]
+        for layout in [c.layout for *_, c in seen["greedy"]]
+        + seen["placements"]
+        + [p.layout for p in plan.phases]
     }
     model = CostModel(profile, cluster)
     options = []
@@ -765,3 +768,46 @@ def test_a_one_byte_a_second_network_shared_by_replicas_is_priced_not_refused(tm
     plan = json.loads(out.read_text())
     assert plan["phases"][0]["layout"]["rank_map"] == [[0, 2], [1, 3]]
     assert plan["phases"][0]["step_s"] > 1e5  # bytes over half a byte a second
+
+
+def test_a_later_phase_moves_onto_the_ranks_that_hold_its_layers():
+    """Found by the sixty-third round: the planner keeps one rank map of each kind priced
+    alike for a step (on one node, the lowest ranks), but a transition's price reads which
+    ranks held which layers. bert-synth on 1 × 2 devices with a 1 MB/s link: the 1x1 phases
+    after a 2x1 went on rank 0, which received layers 4-7 (trainable at 4 frozen) from rank
+    1 with their AdamW moments, 17.4 % slower by the planner's own pricing than on rank 1,
+    which receives the frozen 0-3 as weights. A transition is now priced with the next
+    layout also on the ranks priced alike that receive least: the plan's total is the least
+    over both ranks."""
+    import itertools
+    from importlib import resources
+
+    from pipeplan.formats import Cluster, Link, Profile, load
+    from pipeplan.plan import priced_phases
+
+    with resources.as_file(resources.files("profiles") / "bert-synth@cpu-1t.json") as path:
+        profile = load(Profile, path)
+    slow = Link(bandwidth_bytes_per_s=1e6, latency_s=1e-3)
+    cluster = Cluster(
+        nodes=1,
+        devices_per_node=2,
+        device_memory_bytes=80 << 20,
+        intra_node=slow,
+        inter_node=slow,
+        cache_budget_bytes=1 << 20,
+        disk_bandwidth_bytes_per_s=1e9,
+    )
+    freeze = list_schedule([0, 2, 4, 5], 4, len(profile.layers) - 2)
+    plan = make_plan(profile, cluster, global_batch=96, samples=480, epochs=4, freeze=freeze)
+    maps = [p.layout.rank_map for p in plan.phases]
+    assert maps == [((0, 1),), ((0, 1),), ((1,),), ((1,),)], maps
+    totals = []
+    for ranks in itertools.product([((0,),), ((1,),)], repeat=2):
+        phases = [
+            p.model_copy(update={"layout": p.layout.model_copy(update={"rank_map": m})})
+            for p, m in zip(plan.phases, maps[:2] + list(ranks), strict=True)
+        ]
+        priced = priced_phases(plan.model_copy(update={"phases": phases}), profile)
+        totals.append(sum(p.total_s for p in priced))
+    assert plan.predicted_total_s == pytest.approx(min(totals), rel=1e-9), totals
+    assert max(totals) > 1.1 * min(totals)  # rank 0 is the costly one
