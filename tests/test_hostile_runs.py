@@ -1882,7 +1882,12 @@ def _part_below_a_nanosecond(lines: list[dict]) -> tuple[int, str]:
     return i, "rank 0: optimizer_s 5e-10 is below 1e-09 s, which no timer resolves"
 
 
-UNMEASURED = [_forward_of_0, _backward_of_0, _part_below_a_nanosecond]
+def _replica_allreduce_of_0(lines: list[dict]) -> tuple[int, str]:
+    i = _moved_to_wait(lines, "allreduce_s", 0.0)
+    return i, "rank 0: allreduce_s 0.0, but stage 0 of the phase's 1x2"
+
+
+UNMEASURED = [_forward_of_0, _backward_of_0, _part_below_a_nanosecond, _replica_allreduce_of_0]
 
 
 @pytest.mark.parametrize(
@@ -1893,9 +1898,11 @@ UNMEASURED = [_forward_of_0, _backward_of_0, _part_below_a_nanosecond]
 def test_times_no_timer_could_record_are_refused(tmp_path, capsys, command, damage):
     """Found by the sixty-third round: a step whose rank computing a stage timed its forward
     or (training) its backward at 0, or a part at 5e-10 s, was reported (exit 0), and
-    calibrate left such steps out of the fit without a word. The executor times each as a
-    span of the step's clock: refused, naming the step, the rank and the time, by the rule
-    calibrate leaves steps out by (`formats.run.unmeasured_times`)."""
+    calibrate left such steps out of the fit without a word; a replica of a 1x2 whose
+    allreduce_s was 0 was reported, and calibrate said "no data-parallel stage with gradients
+    inside one node" and fitted the all-reduce into the step overhead. The executor times
+    each as a span of the step's clock: refused, naming the step, the rank and the time, by
+    the rule calibrate leaves steps out by (`formats.run.unmeasured_times`)."""
     run, argv = _readable(tmp_path, command)
     refused(argv, tmp_path, capsys, _damaged(run, damage))
 

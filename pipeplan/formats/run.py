@@ -1842,12 +1842,13 @@ def unmeasured_times(times: RankTimes, layout: Layout | None = None) -> str:
     """Why a rank's times in a step are no measurement, "" when they are one: each is 0 or
     at least MIN_MEASURED_S (no timer resolves less), and a rank with a stage computes its
     forward; with the phase's `layout`, a stage that trains (from `forward_only_stages` on,
-    each holding a layer with parameters) its backward too. The executor times every stage's
-    forward and every trained stage's backward as spans of the step's clock (`executor.
-    parallel.PhaseRuntime.step`), so they take time; a rank outside the layout times nothing
-    but its input. The format refuses what this names, so calibrate (`calibrate.unmeasured`)
-    never fits it: steps of a rank whose forward and backward read 0 were reported, and
-    calibrate left them out without a word (the sixty-third round).
+    each holding a layer with parameters) its backward too, and with replicas its gradients'
+    all-reduce. The executor times every stage's forward, every trained stage's backward and
+    all-reduce as spans of the step's clock (`executor.parallel.PhaseRuntime.step`), so they
+    take time; a rank outside the layout times nothing but its input. The format refuses
+    what this names, so calibrate (`calibrate.unmeasured`) never fits it: steps of a rank
+    whose forward and backward read 0 were reported, and calibrate left them out without a
+    word (the sixty-third round).
 
         unmeasured_times(times, layout)   # "fwd_s 0.0, but stage 1 computes a forward …"
     """
@@ -1858,10 +1859,19 @@ def unmeasured_times(times: RankTimes, layout: Layout | None = None) -> str:
         return ""
     if times.fwd_s == 0:
         return f"fwd_s 0.0, but stage {times.stage} computes a forward every step"
-    if layout is not None and times.stage >= layout.forward_only_stages and times.bwd_s == 0:
+    if layout is None or times.stage < layout.forward_only_stages:
+        return ""
+    if times.bwd_s == 0:
         return (
             f"bwd_s 0.0, but stage {times.stage} of the phase's {layout.label()} trains: "
             "it computes a backward every step"
+        )
+    if layout.replicas > 1 and times.allreduce_s == 0:
+        # Its replicas' gradients meet in one collective, which moves them on every replica:
+        # at 0 s calibrate read "no data-parallel stage with gradients" (the sixty-third round).
+        return (
+            f"allreduce_s 0.0, but stage {times.stage} of the phase's {layout.label()} trains "
+            f"on {layout.replicas} replicas: it all-reduces its gradients every step"
         )
     return ""
 
