@@ -971,6 +971,18 @@ def _priced_alike(ranks: np.ndarray, devices_per_node: int) -> tuple:
     return (*(x.tobytes() for x in (crosses, shares, stays, spans, shared)), rings)
 
 
+def alike_key(layout: Layout, devices_per_node: int) -> tuple:
+    """`layout` as the planner tells layouts apart: its fields but the rank map, and what the
+    cost model reads from the map's nodes (`_priced_alike`, node names aside). Layouts of one
+    key are priced the same in every step, so the planner lists one of them as a phase's
+    runner-up (`solver`; `plan.check_plan_prices` holds a plan to it).
+
+        alike_key(on_node_0, 2) == alike_key(on_node_1, 2)   # 1x2 on [[0], [1]] and [[2], [3]]
+    """
+    ranks = np.array(layout.rank_map)
+    return layout.model_copy(update={"rank_map": ()}), _priced_alike(ranks, devices_per_node)
+
+
 def _multisets_at_most(kinds: int, chosen: int, most: int) -> bool:
     """Whether C(kinds + chosen − 1, chosen) ≤ `most`, without computing more of it."""
     count = 1
