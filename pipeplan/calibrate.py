@@ -71,6 +71,7 @@ from pipeplan.formats.base import TooLargeToRead, first_error
 from pipeplan.formats.profile import (
     MAX_FIT_ERROR,
     MAX_FITTED_BANDWIDTH,
+    MIN_MEASURED_S,
     MIN_SCALE,
     MIN_STEADY_STEPS,
     STRAGGLER_FACTOR,
@@ -78,7 +79,7 @@ from pipeplan.formats.profile import (
     input_mismatch,
     model_labels,
 )
-from pipeplan.formats.run import run_input
+from pipeplan.formats.run import run_input, unmeasured_times
 from pipeplan.log import held
 from pipeplan.runfiles import check_distinct_runs, check_run_files, trained_records
 
@@ -90,9 +91,6 @@ from pipeplan.runfiles import check_distinct_runs, check_run_files, trained_reco
 # negative remainder is clamped), and fitting it would learn the wrong split: refused.
 PARTS_TOLERANCE_REL, PARTS_TOLERANCE_ABS_S = 0.02, 1e-4
 RANK_PARTS = ("input_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s")
-# No timer a run reads resolves below a nanosecond: a nonzero time under it (a subnormal
-# 5e-324 in an edited run.jsonl) is not a measurement, and dividing by it overflowed the fit.
-MIN_MEASURED_S = 1e-9
 SOFT_L1_SCALE = 0.1  # relative error where the soft-L1 loss turns from quadratic to linear
 # Distance of a parameter's unit column from the span of those admitted before it, below which
 # the runs cannot tell it apart from them. Exact collinearity leaves ~1e-11 (finite differences
@@ -215,7 +213,7 @@ def observe(
                 filling = f"phase {phase.phase}: {len(own) - len(settled)} of its {len(own)}"
             # A step measured at zero time on a rank that computes is not a measurement.
             after_warmup = settled[WARMUP_STEPS_PER_PHASE:]
-            reasons = [unmeasured(s) for s in after_warmup]
+            reasons = [unmeasured(s, phase.layout) for s in after_warmup]
             mine = [s for s, why in zip(after_warmup, reasons, strict=True) if not why]
             left = [
                 f"step {s.step}: {why}" for s, why in zip(after_warmup, reasons, strict=True) if why
@@ -263,31 +261,26 @@ def observe(
     return observations
 
 
-def measured(step: StepRecord) -> bool:
+def measured(step: StepRecord, layout: Layout | None = None) -> bool:
     """Whether the step is a measurement calibrate fits (`unmeasured` says why not)."""
-    return not unmeasured(step)
+    return not unmeasured(step, layout)
 
 
-def unmeasured(step: StepRecord) -> str:
-    """Why the step is no measurement, "" when it is one: the step took time, every rank with
-    a stage spent time computing, every time is 0 or at least MIN_MEASURED_S, and every
-    rank's parts add up to its step time (`parts_add_up`).
+def unmeasured(step: StepRecord, layout: Layout | None = None) -> str:
+    """Why the step (of a phase of `layout`) is no measurement, "" when it is one: the step
+    took time, its ranks' times are measurements (`formats.run.unmeasured_times`, which the
+    run format refuses: a run read back never has them), and every rank's parts add up to its
+    step time (`parts_add_up`).
 
-        unmeasured(step)  # "rank 1's parts … add up to 0.0105 s, not its step_s 0.017 s"
+        unmeasured(step, layout)  # "rank 1's parts … add up to 0.0105 s, not its step_s 0.017 s"
     """
     if step.step_s < MIN_MEASURED_S:
         return f"step_s {step.step_s:g} s is below {MIN_MEASURED_S:g} s, which no timer resolves"
     if not any(r.stage is not None for r in step.ranks):
         return "no rank has a stage: nothing computed"
     for r in step.ranks:
-        if r.stage is not None and r.fwd_s < MIN_MEASURED_S:
-            return f"rank {r.rank} computes but its fwd_s is {r.fwd_s:g} s"
-        for name in (*RANK_PARTS, "step_s"):
-            if 0 < (t := getattr(r, name)) < MIN_MEASURED_S:
-                return (
-                    f"rank {r.rank}'s {name} {t:g} s is below {MIN_MEASURED_S:g} s, which no "
-                    "timer resolves"
-                )
+        if why := unmeasured_times(r, layout):
+            return f"rank {r.rank}: {why}"
         if not parts_add_up(r):
             parts = sum(getattr(r, name) for name in RANK_PARTS)
             return (

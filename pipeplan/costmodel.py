@@ -818,15 +818,6 @@ def same_placement(old: Layout, new: Layout) -> bool:
     return placement_of(old) == placement_of(new)
 
 
-def placed_alike(old: Layout, new: Layout, devices_per_node: int) -> bool:
-    """Equal but for their rank maps, which are priced alike (`_priced_alike`): the same
-    layout on other ranks, to the planner (`plan._moved_onto`)."""
-    if old.model_copy(update={"rank_map": new.rank_map}) != new:
-        return False
-    maps = (np.asarray(layout.rank_map) for layout in (old, new))
-    return len({_priced_alike(ranks, devices_per_node) for ranks in maps}) == 1
-
-
 def held_layers(layout: Layout, num_devices: int) -> tuple[np.ndarray, np.ndarray]:
     """Per rank, the [first, stop) layers it holds (an empty range when it holds none)."""
     first = np.zeros(num_devices, dtype=np.int64)
@@ -985,6 +976,18 @@ def _priced_alike(ranks: np.ndarray, devices_per_node: int) -> tuple:
     groups = np.split(stage, np.flatnonzero(node[1:] != node[:-1]) + 1) if keys.size else []
     rings = tuple(sorted(tuple(group.tolist()) for group in groups))
     return (*(x.tobytes() for x in (crosses, shares, stays, spans, shared)), rings)
+
+
+def alike_key(layout: Layout, devices_per_node: int) -> tuple:
+    """`layout` as the planner tells layouts apart: its fields but the rank map, and what the
+    cost model reads from the map's nodes (`_priced_alike`, node names aside). Layouts of one
+    key are priced the same in every step, so the planner lists one of them as a phase's
+    runner-up (`solver`; `plan.check_plan_prices` holds a plan to it).
+
+        alike_key(on_node_0, 2) == alike_key(on_node_1, 2)   # 1x2 on [[0], [1]] and [[2], [3]]
+    """
+    ranks = np.array(layout.rank_map)
+    return layout.model_copy(update={"rank_map": ()}), _priced_alike(ranks, devices_per_node)
 
 
 def _multisets_at_most(kinds: int, chosen: int, most: int) -> bool:

@@ -27,8 +27,8 @@ from pipeplan.costmodel import (
     CostParams,
     Evaluation,
     StageReport,
+    alike_key,
     held_layers,
-    placed_alike,
     placement_of,
     same_placement,
 )
@@ -439,22 +439,20 @@ def _over_the_schedule(
     if best_total >= greedy_total * (1 - BEAT_MARGIN):
         return greedy  # ties keep the phase-by-phase plan, as `pipeplan run` would decide it
     # The phase-by-phase search's runner-ups but the layout chosen instead of its best: a
-    # plan lists each other layout once (`Plan._layouts_run`).
+    # plan lists each other layout once (`Plan._layouts_run`, `check_plan_prices`).
+    G = model.cluster.devices_per_node
     return [
-        (
-            start,
-            epochs,
-            replace(choice, runner_ups=_others(greedy_choice.runner_ups, choice, model)),
-        )
+        (start, epochs, replace(choice, runner_ups=_others(greedy_choice.runner_ups, choice, G)))
         for (start, epochs, greedy_choice), choice in zip(greedy, chosen, strict=True)
     ]
 
 
-def _others(runner_ups: list[Evaluation], choice: _Choice, model: CostModel) -> list[Evaluation]:
-    """`runner_ups` but `choice`'s layout, on any ranks priced alike (`_moved_onto` may
-    have moved it): `_others(greedy.runner_ups, chosen, model)`."""
-    per_node = model.cluster.devices_per_node
-    return [e for e in runner_ups if not placed_alike(e.layout, choice.layout, per_node)]
+def _others(runner_ups: list[Evaluation], choice: _Choice, per_node: int) -> list[Evaluation]:
+    """`runner_ups` but those priced alike to `choice`'s layout (`costmodel.alike_key`, node
+    names aside: the chosen layout on other ranks too, where `_moved_onto` may have moved
+    it): `_others(greedy.runner_ups, chosen, 2)`."""
+    chosen = alike_key(choice.layout, per_node)
+    return [e for e in runner_ups if alike_key(e.layout, per_node) != chosen]
 
 
 # The schedule-wide choice's widening (`_widened`). It runs unless the plan is proven within
@@ -1060,6 +1058,7 @@ def check_plan_prices(plan: Plan, profile: Profile, where: str) -> None:
     within PRICE_REL_TOL is the planner's."""
     redo = "the plan was edited: re-run `pipeplan plan`"
     model = CostModel(profile, plan.inputs.cluster)  # the runner-ups' prices
+    per_node = plan.inputs.cluster.devices_per_node
     try:
         priced = priced_phases(plan, profile)
     except BadArgumentError as exc:
@@ -1079,7 +1078,21 @@ def check_plan_prices(plan: Plan, profile: Profile, where: str) -> None:
                 )
         # A runner-up's step is its layout's too (the fifty-ninth round: one "of 1 µs" beside
         # a chosen 35.6 ms was run and copied into the run).
+        seen = [alike_key(phase.layout, per_node)]
         for r, other in enumerate(phase.runner_ups):
+            # Another layout than its phase's and the other runner-ups' by the planner's own
+            # key (node names aside, as `solver` lists them): the sixty-third round's phase
+            # on [[2], [3]] beside its own [[0], [1]] on 2 x 2 passed (the format compares
+            # node numbers: `formats.plan.placed`).
+            if (key := alike_key(other.layout, per_node)) in seen:
+                which = seen.index(key)
+                same = "the phase's own" if which == 0 else f"runner_ups[{which - 1}]'s"
+                raise BadArgumentError(
+                    f"{where}: phase {i}: runner_ups[{r}]: its layout ({other.layout.label()}) "
+                    f"is priced alike to {same}, its cells on nodes alike but for their names; "
+                    f"the planner lists each other layout once; {redo}"
+                )
+            seen.append(key)
             # The steady step its layout prices to on the plan's cluster, as the solver scored it.
             evaluation = model.evaluate(other.layout, record=False)
             # And it fits, as the phase's stages do (the solver keeps only layouts that fit):

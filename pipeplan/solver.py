@@ -37,6 +37,7 @@ from pipeplan.costmodel import (
     CostModel,
     Evaluation,
     PhaseCosts,
+    alike_key,
     placement_family,
     placement_index,
     placement_name,
@@ -1996,13 +1997,16 @@ class _Run:
     def solution(self, runner_ups: int) -> PhaseSolution:
         ranked = [e for _, _, e in sorted(self.simulated, key=lambda item: item[:2])]
         best = ranked[0]
-        seen = {best.layout}
+        # Each other layout once, priced alike one layout (`alike_key`: the same layout on
+        # other nodes is no other choice; a plan is held to it, `plan.check_plan_prices`).
+        per_node = self.phase.cluster.devices_per_node
+        seen = {alike_key(best.layout, per_node)}
         others = []
         for evaluation in ranked[1:]:
             if len(others) == runner_ups:
                 break
-            if evaluation.layout not in seen:
-                seen.add(evaluation.layout)
+            if (key := alike_key(evaluation.layout, per_node)) not in seen:
+                seen.add(key)
                 others.append(evaluation)
         proven = self.stopped_at is None
         lower = best.step_s if proven else float(self.stopped_at)

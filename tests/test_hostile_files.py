@@ -866,6 +866,34 @@ def test_a_plans_runner_ups_keep_its_pins_and_its_cache(pinned_plan, tmp_path, c
 
 
 @pytest.mark.timeout(120)
+def test_a_runner_up_that_is_its_phase_on_the_other_node_is_refused(tmp_path, capsys):
+    """Found by the sixty-third round: on 2 x 2, a phase's own 1x2 moved to the other node
+    (`[[2], [3]]` beside its `[[0], [1]]`, at its step) passed `run --plan` as a runner-up:
+    the format compares node numbers, while the planner sets node names aside
+    (`costmodel.alike_key`) and never lists it. Refused in one line naming the phase and the
+    runner-up, by the planner's own key."""
+    cluster = tmp_path / "c22.json"
+    link = {"bandwidth_bytes_per_s": 5e9, "latency_s": 1e-05}
+    slow = {"bandwidth_bytes_per_s": 1e6, "latency_s": 0.001}
+    doc = dict(schema_version=1, nodes=2, devices_per_node=2, device_memory_bytes=200 << 20)
+    cluster.write_text(json.dumps({**doc, "intra_node": link, "inter_node": slow}))
+    path = tmp_path / "p.json"
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--cluster"]
+    argv += [str(cluster), "--global-batch", "64", "--samples", "1438", "--epochs", "1"]
+    assert cli.main([*argv, "--freeze-schedule", "0", "--no-cache", "--out", str(path)]) == 0
+    capsys.readouterr()
+    plan = json.loads(path.read_text())
+    phase = plan["phases"][0]
+    assert phase["layout"]["rank_map"] == [[0], [1]]
+    moved = {**phase["layout"], "rank_map": [[2], [3]]}
+    phase["runner_ups"] = [{"layout": moved, "step_s": phase["step_s"]}]
+    path.write_text(json.dumps(plan))
+    argv = ["run", "--plan", str(path), "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    fragment = "phase 0: runner_ups[0]: its layout (1x2 M=1 1f1b) is priced alike to the phase's"
+    refused([*argv, "--name", "x"], tmp_path, capsys, (str(path), fragment))
+
+
+@pytest.mark.timeout(120)
 def test_a_plan_freezing_the_models_head_names_the_plan(self_plan, tmp_path, capsys):
     """Fourteenth round: a plan's freeze schedule the run's model cannot follow (10 frozen of
     vit-digits' 10 layers, in a plan of 12 layers the format accepts) was refused as

@@ -1857,6 +1857,56 @@ def test_records_that_contradict_their_own_steps_are_refused(tmp_path, capsys, c
     refused(argv, tmp_path, capsys, _damaged(run, damage))
 
 
+def _moved_to_wait(lines: list[dict], part: str, value: float) -> int:
+    """The last step's rank 0 with `part` set to `value`, the rest of it waited: its parts
+    still add up to its step, as a careful edit keeps them."""
+    i = _last(lines, "step")
+    rank = lines[i]["ranks"][0]
+    rank["wait_s"] += rank[part] - value
+    rank[part] = value
+    return i
+
+
+def _forward_of_0(lines: list[dict]) -> tuple[int, str]:
+    i = _moved_to_wait(lines, "fwd_s", 0.0)
+    return i, f"step {lines[i]['step']}: rank 0: fwd_s 0.0, but stage 0 computes a forward"
+
+
+def _backward_of_0(lines: list[dict]) -> tuple[int, str]:
+    i = _moved_to_wait(lines, "bwd_s", 0.0)
+    return i, f"step {lines[i]['step']}: rank 0: bwd_s 0.0, but stage 0 of the phase's 1x2"
+
+
+def _part_below_a_nanosecond(lines: list[dict]) -> tuple[int, str]:
+    i = _moved_to_wait(lines, "optimizer_s", 5e-10)
+    return i, "rank 0: optimizer_s 5e-10 is below 1e-09 s, which no timer resolves"
+
+
+def _replica_allreduce_of_0(lines: list[dict]) -> tuple[int, str]:
+    i = _moved_to_wait(lines, "allreduce_s", 0.0)
+    return i, "rank 0: allreduce_s 0.0, but stage 0 of the phase's 1x2"
+
+
+UNMEASURED = [_forward_of_0, _backward_of_0, _part_below_a_nanosecond, _replica_allreduce_of_0]
+
+
+@pytest.mark.parametrize(
+    "command, damage",
+    [(command, d) for command in ("report", "calibrate") for d in UNMEASURED],
+    ids=lambda v: v.__name__.strip("_") if callable(v) else v,
+)
+def test_times_no_timer_could_record_are_refused(tmp_path, capsys, command, damage):
+    """Found by the sixty-third round: a step whose rank computing a stage timed its forward
+    or (training) its backward at 0, or a part at 5e-10 s, was reported (exit 0), and
+    calibrate left such steps out of the fit without a word; a replica of a 1x2 whose
+    allreduce_s was 0 was reported, and calibrate said "no data-parallel stage with gradients
+    inside one node" and fitted the all-reduce into the step overhead. The executor times
+    each as a span of the step's clock: refused, naming the step, the rank and the time, by
+    the rule calibrate leaves steps out by (`formats.run.unmeasured_times`)."""
+    run, argv = _readable(tmp_path, command)
+    refused(argv, tmp_path, capsys, _damaged(run, damage))
+
+
 def test_cache_hits_in_the_epoch_a_cache_starts_empty_are_refused(tmp_path, capsys):
     """Left open by the fifty-ninth round: a cached phase after an uncached one (or the first
     of a run attempt) starts with an empty cache, and an epoch deals each sample once, so no

@@ -28,8 +28,9 @@ PHASE = PhaseRecord(
     start_epoch=0,
     transition_s=0.0,
 )
-# Every rank of the world, each where PHASE's layout puts it: one stage, two replicas.
-TIMES = dict.fromkeys(("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s"), 0.0)
+# Every rank of the world, each where PHASE's layout puts it: one stage, two replicas, each
+# timing its parts (step_s 0) as the format holds them: a forward, a backward, an all-reduce.
+TIMES = dict(step_s=0.0, fwd_s=0.02, bwd_s=0.03, wait_s=0.0, allreduce_s=0.005, optimizer_s=0.002)
 RANKS = [RankTimes(rank=r, stage=0, replica=r, input_s=0.0, **TIMES) for r in (0, 1)]
 
 

@@ -252,7 +252,8 @@ def static_records(
     )
     records: list = [phase]
     for n in range(steps):
-        ranks = [rank(0, 0, 0), rank(1, 1, 0)]
+        # Each stage computes its forward and backward, as the format holds a record to.
+        ranks = [rank(0, 0, 0, fwd_s=0.2, bwd_s=0.3), rank(1, 1, 0, fwd_s=0.2, bwd_s=0.3)]
         records.append(step(n, 0, 0, 0.6, ranks, global_batch=global_batch))
     records.append(epoch(0, 0, epoch_s=6.0, accuracy=0.7, steps=steps, global_batch=global_batch))
     return records
@@ -443,7 +444,14 @@ def planned_records(plan, refit_after: int | None = None, steps: int = PREVIEW_S
                 pricing=pricing,
             )
         )
-        ranks = [rank(r, s, d) for d, row in enumerate(layout.rank_map) for s, r in enumerate(row)]
+        # Each stage computes its forward; one that trains its backward and, with replicas,
+        # its all-reduce (as the format holds a record to).
+        trains = {"fwd_s": 0.02, "bwd_s": 0.03, "allreduce_s": 0.005 * (layout.replicas > 1)}
+        ranks = [
+            rank(r, s, d, **(trains if s >= layout.forward_only_stages else {"fwd_s": 0.02}))
+            for d, row in enumerate(layout.rank_map)
+            for s, r in enumerate(row)
+        ]
         for k in range(phase.epochs):
             hits = GLOBAL_BATCH if layout.cached and k > 0 else 0
             for _ in range(steps):

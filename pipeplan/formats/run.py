@@ -87,6 +87,7 @@ from pipeplan.formats.plan import (
 )
 from pipeplan.formats.presets import config_path
 from pipeplan.formats.profile import (
+    MIN_MEASURED_S,
     WARMUP_STEPS_PER_PHASE,
     FedInput,
     Precision,
@@ -1783,6 +1784,14 @@ def _check_ranks(
                         f"{getattr(times, part)!r}, but stage {stage} of the phase's "
                         f"{layout.label()} holds frozen layers only and runs forward only"
                     )
+    if 0 < step.step_s < MIN_MEASURED_S:
+        raise InputFileError(
+            f"{where}: step {step.step}: step_s {step.step_s!r} is below {MIN_MEASURED_S:g} s, "
+            "which no timer resolves"
+        )
+    for times in step.ranks:
+        if why := unmeasured_times(times, layout):
+            raise InputFileError(f"{where}: step {step.step}: rank {times.rank}: {why}")
 
 
 def _check_cache_hits(step: StepRecord, phase: PhaseRecord, where: str, empty: bool) -> None:
@@ -1827,6 +1836,44 @@ RANK_PARTS = ("fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s
 # rounding, none for a time a rank could have spent outside its parts.
 CPU_PARTS_TOLERANCE_REL = 1e-9
 CPU_PARTS = ("input_s", *RANK_PARTS[:-1])  # in calibrate's order (`calibrate.RANK_PARTS`)
+
+
+def unmeasured_times(times: RankTimes, layout: Layout | None = None) -> str:
+    """Why a rank's times in a step are no measurement, "" when they are one: each is 0 or
+    at least MIN_MEASURED_S (no timer resolves less), and a rank with a stage computes its
+    forward; with the phase's `layout`, a stage that trains (from `forward_only_stages` on,
+    each holding a layer with parameters) its backward too, and with replicas its gradients'
+    all-reduce. The executor times every stage's forward, every trained stage's backward and
+    all-reduce as spans of the step's clock (`executor.parallel.PhaseRuntime.step`), so they
+    take time; a rank outside the layout times nothing but its input. The format refuses
+    what this names, so calibrate (`calibrate.unmeasured`) never fits it: steps of a rank
+    whose forward and backward read 0 were reported, and calibrate left them out without a
+    word (the sixty-third round).
+
+        unmeasured_times(times, layout)   # "fwd_s 0.0, but stage 1 computes a forward …"
+    """
+    for name in ("step_s", *RANK_PARTS):
+        if 0 < (value := getattr(times, name)) < MIN_MEASURED_S:
+            return f"{name} {value!r} is below {MIN_MEASURED_S:g} s, which no timer resolves"
+    if times.stage is None:
+        return ""
+    if times.fwd_s == 0:
+        return f"fwd_s 0.0, but stage {times.stage} computes a forward every step"
+    if layout is None or times.stage < layout.forward_only_stages:
+        return ""
+    if times.bwd_s == 0:
+        return (
+            f"bwd_s 0.0, but stage {times.stage} of the phase's {layout.label()} trains: "
+            "it computes a backward every step"
+        )
+    if layout.replicas > 1 and times.allreduce_s == 0:
+        # Its replicas' gradients meet in one collective, which moves them on every replica:
+        # at 0 s calibrate read "no data-parallel stage with gradients" (the sixty-third round).
+        return (
+            f"allreduce_s 0.0, but stage {times.stage} of the phase's {layout.label()} trains "
+            f"on {layout.replicas} replicas: it all-reduces its gradients every step"
+        )
+    return ""
 
 
 def _check_rank_times(step: StepRecord, where: str, config: RunConfig | None) -> None:
