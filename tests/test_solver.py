@@ -413,6 +413,7 @@ def test_parametric_search_matches_the_dense_dp_on_longer_sequences(seed):
 
 def calibration(rng: np.random.Generator):
     from pipeplan.formats import Calibration, FittedLink
+    from pipeplan.formats.base import MAX_COUNT
 
     def link():
         return FittedLink(
@@ -420,6 +421,10 @@ def calibration(rng: np.random.Generator):
             bandwidth_bytes_per_s=float(rng.uniform(1e8, 1e10)),
         )
 
+    # A negative overhead is a batch's input time taken off (at most MAX_COUNT samples' worth,
+    # as the format holds it): a draw past that was refused before the solver ran (seed 320911).
+    per_sample = float(rng.uniform(0, 1e-4))
+    overhead = max(float(rng.uniform(-1e-2, 1e-2)), -per_sample * MAX_COUNT)
     return Calibration(
         fwd_scale=float(rng.uniform(0.5, 2)),
         bwd_scale=float(rng.uniform(0.5, 2)),
@@ -430,8 +435,8 @@ def calibration(rng: np.random.Generator):
         allreduce=link(),
         p2p=link(),
         micro_batch_overhead_s=float(rng.uniform(0, 1e-3)),
-        step_overhead_s=float(rng.uniform(-1e-2, 1e-2)),
-        input_s_per_sample=float(rng.uniform(0, 1e-4)),
+        step_overhead_s=overhead,
+        input_s_per_sample=per_sample,
         runs=["synthetic"],  # as calibrate writes it: fitted from a phase of a run
         phases_used=1,
         steps_used=3,
