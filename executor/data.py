@@ -2566,6 +2566,7 @@ RANK_STATE = frozenset(
         "cli._debug",
         "cli._forced",
         "cli._pending",
+        "cli._said",
         "executor.cache._MADE",
         "executor.cache._OPENED",
         "executor.checkpoint._READ_FROM",

@@ -2180,10 +2180,11 @@ def _resumed_at_step_6(run: Path, tmp_path: Path, *flags: str) -> Path:
     [
         # Long, for the default run's 15 minutes: `horizons_resumed` is the same resume without
         # flags (test_a_kept_phases_pricing_edited_is_named reads it), and more epochs keep its
-        # phase as it does; other ranks plan one afresh, the path these add.
+        # phase as it does; other ranks plan one afresh (test_hostile_resume's resumes on
+        # another --nproc read theirs).
         pytest.param((), marks=pytest.mark.long),
         pytest.param(("--epochs", "4"), marks=pytest.mark.long),
-        ("--nproc", "2"),
+        pytest.param(("--nproc", "2"), marks=pytest.mark.long),
     ],
 )
 def test_the_horizons_of_a_resumed_run_are_read(horizons_run, tmp_path, flags):
