@@ -1999,14 +1999,19 @@ class _Run:
         best = ranked[0]
         # Each other layout once, priced alike one layout (`alike_key`: the same layout on
         # other nodes is no other choice; a plan is held to it, `plan.check_plan_prices`).
+        # Collecting (`layouts_within`), every layout: its count tells whether it had them all.
         per_node = self.phase.cluster.devices_per_node
-        seen = {alike_key(best.layout, per_node)}
+
+        def key(layout: Layout) -> object:
+            return layout if self.collect else alike_key(layout, per_node)
+
+        seen = {key(best.layout)}
         others = []
         for evaluation in ranked[1:]:
             if len(others) == runner_ups:
                 break
-            if (key := alike_key(evaluation.layout, per_node)) not in seen:
-                seen.add(key)
+            if (told := key(evaluation.layout)) not in seen:
+                seen.add(told)
                 others.append(evaluation)
         proven = self.stopped_at is None
         lower = best.step_s if proven else float(self.stopped_at)
