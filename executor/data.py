@@ -404,9 +404,11 @@ def check_batch_inputs(
 
 def _check_has_targets(labels: torch.Tensor, name: str, split: str) -> None:
     """A causal LM trains on next tokens: position t predicts labels[t+1]. Texts that all
-    have fewer than 2 tokens give it nothing to predict: every step's loss would be the mean
-    of no tokens, and a held-out set of them ran the run without evaluation, unsaid (forty-
-    ninth round), where an empty held-out set is refused."""
+    have fewer than 2 tokens give it nothing to predict, as do full-length texts whose labels
+    are all -100 (the line names both: the sixty-fourth round's labels were blamed on the
+    texts' length): every step's loss would be the mean of no tokens, and a held-out set of
+    them ran the run without evaluation, unsaid (forty-ninth round), where an empty held-out
+    set is refused."""
     from pipeplan.models import IGNORE_INDEX
 
     if labels.dim() == 2 and labels.shape[1] == 1:
@@ -419,8 +421,9 @@ def _check_has_targets(labels: torch.Tensor, name: str, split: str) -> None:
     if not bool((labels[:, 1:] != IGNORE_INDEX).any()):
         which = "training" if split == "train" else "held-out"
         raise BadArgumentError(
-            f"data '{name}': no {which} text has a next token to predict (each has fewer "
-            "than 2 tokens, padding aside); a causal LM needs texts of 2 tokens or more"
+            f"data '{name}': no {which} text has a next token to predict: every label after "
+            "a text's first token is -100 (texts of fewer than 2 tokens, padding aside, or "
+            "labels masked out with -100); a causal LM trains on the labels of tokens 2 on"
         )
 
 

@@ -75,6 +75,21 @@ class _Texts(torch.utils.data.Dataset):
         return ids, torch.where(ids == models.PADDING, IGNORE, ids)
 
 
+def test_full_texts_whose_labels_are_all_masked_are_not_blamed_on_their_length():
+    """Found by the sixty-fourth round: texts of 32 real tokens whose labels were all -100
+    were refused as "each has fewer than 2 tokens" (the user was told to lengthen full-length
+    texts). The line says what it found, every label after a first token -100, and both
+    causes."""
+    seq = models.build("gpt2-tiny", padding_mask=True, seq_len=8)
+    masked = TensorPairs(torch.full((4, 8), 5), torch.full((4, 8), IGNORE))
+    good = TensorPairs(torch.full((4, 8), 5), torch.full((4, 8), 5))
+    with pytest.raises(BadArgumentError) as raised:
+        check_compatible(TaskData("m:load", masked, good, padded=True), seq)
+    line = str(raised.value)
+    assert "every label after a text's first token is -100" in line
+    assert "labels masked out with -100" in line and "fewer than 2 tokens" in line
+
+
 def test_a_module_corpus_without_a_next_token_is_refused_at_the_data_check(monkeypatch, caplog):
     """Found by the sixty-second round: a `module:function` corpus of one-token texts (read
     an item at a time, its first and last item at the data check) trained a whole epoch of

@@ -1887,7 +1887,18 @@ def _replica_allreduce_of_0(lines: list[dict]) -> tuple[int, str]:
     return i, "rank 0: allreduce_s 0.0, but stage 0 of the phase's 1x2"
 
 
-UNMEASURED = [_forward_of_0, _backward_of_0, _part_below_a_nanosecond, _replica_allreduce_of_0]
+def _optimizer_of_0(lines: list[dict]) -> tuple[int, str]:
+    i = _moved_to_wait(lines, "optimizer_s", 0.0)
+    return i, "rank 0: optimizer_s 0.0, but stage 0 of the phase's 1x2 trains"
+
+
+UNMEASURED = [
+    _forward_of_0,
+    _backward_of_0,
+    _part_below_a_nanosecond,
+    _replica_allreduce_of_0,
+    _optimizer_of_0,
+]
 
 
 @pytest.mark.parametrize(
@@ -1900,7 +1911,10 @@ def test_times_no_timer_could_record_are_refused(tmp_path, capsys, command, dama
     or (training) its backward at 0, or a part at 5e-10 s, was reported (exit 0), and
     calibrate left such steps out of the fit without a word; a replica of a 1x2 whose
     allreduce_s was 0 was reported, and calibrate said "no data-parallel stage with gradients
-    inside one node" and fitted the all-reduce into the step overhead. The executor times
+    inside one node" and fitted the all-reduce into the step overhead. Found by the
+    sixty-fourth round: a trained stage's optimizer_s 0 was read, and calibrate said "no rank
+    with trainable parameters measured a step" (its time went into the step overhead,
+    +53 %). The executor times
     each as a span of the step's clock: refused, naming the step, the rank and the time, by
     the rule calibrate leaves steps out by (`formats.run.unmeasured_times`)."""
     run, argv = _readable(tmp_path, command)

@@ -107,6 +107,9 @@ def priced_as_run(record: PhaseRecord) -> PhaseRecord:
 
 def rank(rank: int, stage: int | None, replica: int | None, **times: float) -> RankTimes:
     fields = ("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
+    # A stage that trains (its backward timed) steps its optimizer every step, which takes
+    # time (`formats.run.unmeasured_times`); one that runs forward only times none.
+    times.setdefault("optimizer_s", 0.001 if times.get("bwd_s", 0.0) > 0 else 0.0)
     return RankTimes(
         rank=rank, stage=stage, replica=replica, **{f: times.get(f, 0.0) for f in fields}
     )

@@ -1842,8 +1842,8 @@ def unmeasured_times(times: RankTimes, layout: Layout | None = None) -> str:
     """Why a rank's times in a step are no measurement, "" when they are one: each is 0 or
     at least MIN_MEASURED_S (no timer resolves less), and a rank with a stage computes its
     forward; with the phase's `layout`, a stage that trains (from `forward_only_stages` on,
-    each holding a layer with parameters) its backward too, and with replicas its gradients'
-    all-reduce. The executor times every stage's forward, every trained stage's backward and
+    each holding a layer with parameters) its backward and its optimizer's step too, and with
+    replicas its gradients' all-reduce. The executor times every stage's forward, every trained stage's backward and
     all-reduce as spans of the step's clock (`executor.parallel.PhaseRuntime.step`), so they
     take time; a rank outside the layout times nothing but its input. The format refuses
     what this names, so calibrate (`calibrate.unmeasured`) never fits it: steps of a rank
@@ -1865,6 +1865,15 @@ def unmeasured_times(times: RankTimes, layout: Layout | None = None) -> str:
         return (
             f"bwd_s 0.0, but stage {times.stage} of the phase's {layout.label()} trains: "
             "it computes a backward every step"
+        )
+    if times.optimizer_s == 0:
+        # Its optimizer steps and zeroes the stage's gradients in every step, a span of the
+        # step's clock: at 0 s calibrate read "no rank with trainable parameters measured a
+        # step" and moved the optimizer's time into the fixed per-step overhead (the
+        # sixty-fourth round).
+        return (
+            f"optimizer_s 0.0, but stage {times.stage} of the phase's {layout.label()} trains: "
+            "it steps its optimizer every step"
         )
     if layout.replicas > 1 and times.allreduce_s == 0:
         # Its replicas' gradients meet in one collective, which moves them on every replica:
