@@ -1839,16 +1839,16 @@ CPU_PARTS = ("input_s", *RANK_PARTS[:-1])  # in calibrate's order (`calibrate.RA
 
 
 def unmeasured_times(times: RankTimes, layout: Layout | None = None) -> str:
-    """Why a rank's times in a step are no measurement, "" when they are one: each is 0 or
-    at least MIN_MEASURED_S (no timer resolves less), and a rank with a stage computes its
-    forward; with the phase's `layout`, a stage that trains (from `forward_only_stages` on,
-    each holding a layer with parameters) its backward and its optimizer's step too, and with
-    replicas its gradients' all-reduce. The executor times every stage's forward, every trained stage's backward and
-    all-reduce as spans of the step's clock (`executor.parallel.PhaseRuntime.step`), so they
-    take time; a rank outside the layout times nothing but its input. The format refuses
-    what this names, so calibrate (`calibrate.unmeasured`) never fits it: steps of a rank
-    whose forward and backward read 0 were reported, and calibrate left them out without a
-    word (the sixty-third round).
+    """Why a rank's times in a step are no measurement, "" when they are one: each is 0 or at
+    least MIN_MEASURED_S (no timer resolves less), and a rank with a stage computes its forward;
+    with the phase's `layout`, a stage that trains (from `forward_only_stages` on, each holding
+    a layer with parameters) its backward and its optimizer's step too, and with replicas its
+    gradients' all-reduce. The executor times every stage's forward, every trained stage's
+    backward, optimizer step and all-reduce as spans of the step's clock
+    (`executor.parallel.PhaseRuntime.step`), so they take time; a rank outside the layout times
+    nothing but its input. The format refuses what this names, so calibrate
+    (`calibrate.unmeasured`) never fits it: steps of a rank whose forward and backward read 0
+    were reported, and calibrate left them out without a word (the sixty-third round).
 
         unmeasured_times(times, layout)   # "fwd_s 0.0, but stage 1 computes a forward …"
     """
