@@ -145,6 +145,27 @@ def readme_commands(port: int, resume: bool = False) -> tuple[list[str], list[li
     return PIPEPLAN + prepare.split()[1:], [TORCHRUN + n.split()[1:] for n in (node0, node1)]
 
 
+def prepare_here(prepare: list[str], cwd: Path, monkeypatch, capsys) -> str:
+    """`prepare` (`pipeplan run … --prepare-only`, as `readme_commands` gives it) run in this
+    process in `cwd`, as the README's shell would in its own: what it printed. Its claim on
+    the run is let go, as its process's end would, for torchrun's ranks to take; a prepare
+    prints one line and no rank starts, so a process of its own (~5 CPU-s of imports) shows
+    nothing more."""
+    import cli
+
+    from pipeplan.fileio import release_directory
+
+    assert prepare[: len(PIPEPLAN)] == PIPEPLAN
+    capsys.readouterr()
+    with monkeypatch.context() as here:
+        here.chdir(cwd)
+        code = cli.main(prepare[len(PIPEPLAN) :])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    release_directory(cwd / "runs" / "exp1")
+    return out
+
+
 def start_agents(commands: list[list[str]], cwd: Path, port: int, node1_env=None) -> list:
     """Both torchrun agents, each the leader of its own process group; node 0 first, so that
     it hosts the rendezvous store."""
@@ -182,31 +203,40 @@ def same_parameters(a: Path, b: Path) -> bool:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
-    """`pipeplan run --nproc 2` with the README's flags: the parameters torchrun must reach."""
+    """`pipeplan run --nproc 2` with the README's flags: the parameters torchrun must reach.
+    Run by this process (`cli.main`, as conftest's `finished_run`), in a folder of its own:
+    its ranks are processes of their own, as ever; only the launcher's own start is spared."""
+    import cli
+
+    from pipeplan.fileio import release_directory
+
     cwd = tmp_path_factory.mktemp("local")
     prepare, _ = readme_commands(free_port())
     command = [a for a in prepare if a != "--prepare-only"]
-    done = subprocess.run(
-        command, cwd=cwd, env=environment(), capture_output=True, text=True, timeout=400
-    )
-    assert done.returncode == 0, done.stderr
+    assert command[: len(PIPEPLAN)] == PIPEPLAN
+    was = Path.cwd()
+    os.chdir(cwd)
+    try:
+        assert cli.main(command[len(PIPEPLAN) :]) == 0
+    finally:
+        os.chdir(was)
+    release_directory(cwd / "runs" / "exp1")
     return cwd / "runs" / "exp1"
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(900)
-def test_the_readme_torchrun_commands_train_like_pipeplan_run(tmp_path, reference):
+def test_the_readme_torchrun_commands_train_like_pipeplan_run(
+    tmp_path, reference, monkeypatch, capsys
+):
     """The README's two torchrun agents (2 nodes of 1 rank) train bitwise as `pipeplan run
     --nproc 2` does. Found by the thirty-eighth round: without --plan, their run planned and
     recorded every phase for 1 node of 2 devices; its phases now record the 2 nodes of 1
     device torchrun started (the layouts, and so the parameters, are the same here)."""
     port = free_port()
     prepare, nodes = readme_commands(port)
-    done = subprocess.run(
-        prepare, cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    assert f"-m executor.launch {Path('runs') / 'exp1'}" in done.stdout  # the printed command
+    out = prepare_here(prepare, tmp_path, monkeypatch, capsys)
+    assert f"-m executor.launch {Path('runs') / 'exp1'}" in out  # the printed command
     agents = start_agents(nodes, tmp_path, port)
     codes = [agent.wait(timeout=400) for agent in agents]
     assert codes == [0, 0], (tmp_path / "agent0.log").read_text()[-3000:]
@@ -222,7 +252,7 @@ def test_the_readme_torchrun_commands_train_like_pipeplan_run(tmp_path, referenc
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
 def test_the_printed_torchrun_command_waits_for_a_missing_node_at_most_the_runs_timeout(
-    tmp_path,
+    tmp_path, monkeypatch, capsys
 ):
     """Found by the fortieth round: with one of two nodes never started, torchrun's c10d
     rendezvous started no rank (so no pipeplan line) for torch's join_timeout of 600 s,
@@ -230,16 +260,8 @@ def test_the_printed_torchrun_command_waits_for_a_missing_node_at_most_the_runs_
     by the run's: torchrun gives up with its own error, and nothing of the run has started."""
     port = free_port()
     prepare, _ = readme_commands(port)
-    done = subprocess.run(
-        [*prepare, "--collective-timeout", "3"],
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    (printed,) = [line for line in done.stdout.splitlines() if line.startswith("torchrun ")]
+    out = prepare_here([*prepare, "--collective-timeout", "3"], tmp_path, monkeypatch, capsys)
+    (printed,) = [line for line in out.splitlines() if line.startswith("torchrun ")]
     assert "--rdzv-conf=join_timeout=3,last_call_timeout=1" in printed
     for name, value in (("NODES", "2"), ("RANKS_PER_NODE", "1"), ("NODE", "0")):
         printed = re.sub(rf"\b{name}\b", value, printed)
@@ -256,7 +278,9 @@ def test_the_printed_torchrun_command_waits_for_a_missing_node_at_most_the_runs_
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
-def test_nodes_prepared_with_other_flags_are_refused_before_they_train(tmp_path):
+def test_nodes_prepared_with_other_flags_are_refused_before_they_train(
+    tmp_path, monkeypatch, capsys
+):
     """Found by the fifty-third round: two nodes whose copies of the run were prepared with
     another --lr (or --seed) trained one run under both, rank 0's run.json stating its own
     rate; another --global-batch ended in torch's shape error. Each rank holds its run.json
@@ -267,10 +291,7 @@ def test_nodes_prepared_with_other_flags_are_refused_before_they_train(tmp_path)
     folders = [tmp_path / "node0", tmp_path / "node1"]
     for folder, extra in zip(folders, ([], ["--lr", "0.002"]), strict=True):
         folder.mkdir()
-        done = subprocess.run(
-            [*prepare, *extra], cwd=folder, env=environment(), capture_output=True, timeout=120
-        )
-        assert done.returncode == 0, done.stderr
+        prepare_here([*prepare, *extra], folder, monkeypatch, capsys)
     agents = []
     for command, folder in zip(nodes, folders, strict=True):
         log = open(folder / "agent.log", "w")  # noqa: SIM115
