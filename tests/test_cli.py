@@ -1118,6 +1118,31 @@ def test_a_second_stop_while_the_first_is_acted_on_is_ignored():
     assert done.stderr.splitlines() == ["pipeplan: stopped by SIGHUP"] * 4
 
 
+@pytest.mark.timeout(120)
+def test_a_burst_of_stops_is_said_as_the_first_that_arrived():
+    """Found by the sixty-fourth round: SIGTERM, SIGINT and SIGHUP sent one after the other
+    as the command started (`kill -TERM -$P; kill -INT -$P; kill -HUP -$P`) were said as
+    "stopped by SIGHUP", exit 129, in 10 of 10 tries: Python runs the handlers of signals
+    pending together in the order of their numbers. The first to arrive is acted on. The
+    burst lands while the main thread runs C code (no handler runs until it returns)."""
+    code = (
+        "import os, subprocess, sys, time, cli\n"
+        "def burst(given):\n"
+        "    kills = '; '.join(f'kill -{s} {os.getpid()}' for s in ('TERM', 'INT', 'HUP'))\n"
+        "    subprocess.Popen(['/bin/sh', '-c', f'sleep 0.5; {kills}'])\n"
+        "    end = time.monotonic() + 20\n"
+        "    while time.monotonic() < end:\n"
+        "        sum(range(10**7))  # C: the handlers wait for it\n"
+        "cli._check_repeats = burst\n"
+        "sys.argv = ['pipeplan', 'plan', '--help']\n"
+        "print('after', cli.main(), flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert (done.stdout, done.stderr) == ("after 143\n", "pipeplan: stopped by SIGTERM\n")
+
+
 def test_importing_cli_elsewhere_leaves_the_signals_alone():
     """A program or a test that imports cli keeps its own Ctrl-C: only the command's process
     (`pipeplan`, `python -m cli`) ends at once."""
