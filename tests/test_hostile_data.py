@@ -3458,53 +3458,42 @@ def test_data_code_that_sets_a_umask_locks_nothing_of_the_run(tmp_path, capsys, 
     assert cli.main(["report", "runs/n", "--json"]) == 0
 
 
-# A stage whose layer raises, run by torch's own schedule in a one-rank gloo group: prints
-# what `faults` makes of the exception the schedule raises.
-STAGE_RAISES = """
-import os, sys, tempfile
-import torch, torch.distributed as dist
-from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
-from executor import faults
+class _RaisesInItsForward(torch.nn.Module):
+    """A stage whose layer raises, but in the stage's shape inference (its first call), which
+    torch does not wrap."""
 
-class Raises(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.lin, self.calls = torch.nn.Linear(4, 4), 0
+
     def forward(self, x):
         self.calls += 1
-        if self.calls > 1:  # not the stage's shape inference, which torch does not wrap
+        if self.calls > 1:
             raise ValueError("mat1 and mat2 shapes cannot be multiplied (2x5 and 4x4)")
         return self.lin(x)
 
-store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
-dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-stage = PipelineStage(Raises(), 0, 1, torch.device("cpu"), input_args=(torch.zeros(2, 4),))
-schedule = ScheduleGPipe(stage, 2, loss_fn=lambda out, y: out.sum())
-try:
-    schedule.step(torch.zeros(4, 4), target=torch.zeros(4))
-except Exception as exc:
-    kind = faults.classify(exc)
-    print(kind, "|", faults.describe(exc, kind))
-dist.destroy_process_group()
-"""
 
-
-@pytest.mark.multiprocess
 @pytest.mark.timeout(120)
-def test_a_stages_own_error_is_named_not_torchs_wrapper():
+def test_a_stages_own_error_is_named_not_torchs_wrapper(single_rank_group):
     """Found by the thirty-third round: an error raised inside a stage's forward read
     "training failed on rank 0 at step 0: RuntimeError: kwargs: {}", the last line of the
     RuntimeError torch's pipelining schedule wraps it in (its message lists the stage's
     arguments). The rank's line names the stage's own exception and message. Run by torch's
-    own PipelineStage and schedule (a one-rank gloo group, in a subprocess)."""
-    done = subprocess.run(
-        [sys.executable, "-c", STAGE_RAISES], capture_output=True, text=True, timeout=100,
-        cwd=Path(__file__).resolve().parents[1], check=False,
-    )  # fmt: skip
-    said = done.stdout.strip().splitlines()
-    assert said == [
-        "raised | ValueError: mat1 and mat2 shapes cannot be multiplied (2x5 and 4x4)"
-    ], done.stdout + done.stderr[-2000:]
+    own PipelineStage and schedule, in a one-rank gloo group in this process (it was a
+    process of its own: what `faults` makes of the exception needs none)."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    from executor import faults
+
+    stage = PipelineStage(
+        _RaisesInItsForward(), 0, 1, torch.device("cpu"), input_args=(torch.zeros(2, 4),)
+    )
+    schedule = ScheduleGPipe(stage, 2, loss_fn=lambda out, y: out.sum())
+    with pytest.raises(Exception) as raised:  # as the process's `except Exception` took it
+        schedule.step(torch.zeros(4, 4), target=torch.zeros(4))
+    kind = faults.classify(raised.value)
+    said = f"{kind} | {faults.describe(raised.value, kind)}"
+    assert said == "raised | ValueError: mat1 and mat2 shapes cannot be multiplied (2x5 and 4x4)"
 
 
 @pytest.mark.multiprocess
@@ -3840,7 +3829,19 @@ def test_a_plan_of_a_folder_profiled_by_a_relative_path_runs(tmp_path, capsys, m
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("name", ["SIGUSR1", "SIGUSR2", "SIGALRM", "SIGQUIT"])
+@pytest.mark.parametrize(
+    "name",
+    # SIGUSR2 and SIGALRM in `-m long`, for the suite's time: their sibling SIGUSR1 takes the
+    # same path (one handler for every signal of `startup.STOP_SIGNALS`, each of these three
+    # a signal whose default action ends the process in silence); SIGQUIT's default (a core
+    # dump) is another, and stays.
+    [
+        "SIGUSR1",
+        pytest.param("SIGUSR2", marks=pytest.mark.long),
+        pytest.param("SIGALRM", marks=pytest.mark.long),
+        "SIGQUIT",
+    ],
+)
 def test_data_code_that_signals_its_own_process_stops_it_with_one_line(tmp_path, name):
     """Found by the thirty-fourth round: data code sending SIGUSR1 (or SIGUSR2) to its own
     process while `pipeplan run` checked the data (items read in pipeplan's process, before
