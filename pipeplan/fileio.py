@@ -71,12 +71,15 @@ def check_writable(
             raise OutputError(f"{path}: is also an input of this command; write elsewhere")
     if not parent.is_dir():
         raise OutputError(f"{path}: {_no_folder(parent)}")
-    try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".pipeplan-probe-")
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write in {parent} ({os_reason(exc)})") from None
-    os.close(fd)
-    os.unlink(probe)
+    # Every stop held from the probe's making to its removal: one landing between them left
+    # `.pipeplan-probe-…` in the user's folder for good (the sixty-fourth round).
+    with stops_deferred():
+        try:
+            fd, probe = tempfile.mkstemp(dir=parent, prefix=".pipeplan-probe-")
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot write in {parent} ({os_reason(exc)})") from None
+        os.close(fd)
+        os.unlink(probe)
     return path
 
 

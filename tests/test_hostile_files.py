@@ -1224,6 +1224,47 @@ def test_a_second_stop_in_an_exports_clean_up_leaves_no_staging_folder(
     assert entries(tmp_path) == []
 
 
+@pytest.mark.parametrize("where", ["made", "removed"])
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_a_stop_during_the_out_probe_leaves_no_probe_file(tmp_path, monkeypatch, name, where):
+    """Found by the sixty-fourth round: a stop landing between the --out writability probe's
+    making and its removal (`fileio.check_writable`) left an empty `.pipeplan-probe-…` in the
+    user's folder for good. Every stop is held across the two: it acts once the probe is
+    gone, and nothing is left."""
+    import signal
+    import tempfile
+
+    from pipeplan import fileio
+    from pipeplan.errors import Stopped
+
+    def stopped(signum, frame):  # the command's handler
+        raise Stopped(signum)
+
+    signum = getattr(signal, name)
+    mkstemp, unlink = tempfile.mkstemp, os.unlink
+
+    def making(*args, **kwargs):
+        made = mkstemp(*args, **kwargs)
+        if where == "made":  # as its os.open returns
+            signal.raise_signal(signum)
+        return made
+
+    def removing(path, *args, **kwargs):
+        if where == "removed" and ".pipeplan-probe-" in str(path):
+            signal.raise_signal(signum)
+        unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(fileio.tempfile, "mkstemp", making)
+    monkeypatch.setattr(fileio.os, "unlink", removing)
+    before = signal.signal(signal.SIGTERM, stopped)
+    try:
+        with pytest.raises(KeyboardInterrupt if name == "SIGINT" else Stopped):
+            fileio.check_writable(tmp_path / "p.json")
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert entries(tmp_path) == []
+
+
 def test_an_export_removes_what_a_killed_export_left_beside_its_folder(tmp_path):
     """Found by the fifty-seventh round: `export` killed outright (SIGKILL) left its temporary
     folder, as large as the model, beside DIR, and every later export to DIR left it there.
