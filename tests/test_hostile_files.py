@@ -1320,7 +1320,10 @@ def test_a_command_on_a_run_removes_the_model_export_a_killed_run_left(
     that reads or claims the run directory removes a run's export whose writer is gone (as
     `export` does beside its --out); a live writer's stays. Found by the sixty-third round:
     the same kill as rank 0 wrote summary.json left `.summary.json.….tmp`, which only a next
-    write into the folder removed (a finished run has none): it goes too, a live one's stays."""
+    write into the folder removed (a finished run has none): it goes too, a live one's stays.
+    Found by the sixty-fourth round: the same kill as rank 0 wrote a checkpoint left
+    `checkpoints/.tmp-step-N/`, which only a resume removed, and the resume was refused: it
+    goes once its writer (named in it) is gone; a live writer's, or one naming none, stays."""
     import subprocess
 
     from executor.cache import process_start
@@ -1341,10 +1344,19 @@ def test_a_command_on_a_run_removes_the_model_export_a_killed_run_left(
     staged = {owner: run / f".summary.json.{owner}-0a1b2c3d.tmp" for owner in (gone, owner_tag())}
     for path in staged.values():
         path.write_text("{")
+    checkpoints = {owner: run / "checkpoints" / f".tmp-step-{97 + i}" for i, owner in
+                   enumerate((gone, owner_tag(), None))}  # fmt: skip
+    for owner, path in checkpoints.items():
+        path.mkdir()
+        (path / "model.pt").write_bytes(b"half")
+        if owner is not None:
+            (path / f".pipeplan-writer-{owner}").touch()
     argv = [part.format(run=run, tmp=tmp_path) for part in command]
     assert cli.main(argv) == (2 if "--resume" in argv else 0), capsys.readouterr().err
     assert not (run / left).exists() and (run / live / models.EXPORT_MARK).exists()
     assert not staged[gone].exists() and staged[owner_tag()].exists()
+    assert not checkpoints[gone].exists()
+    assert (checkpoints[owner_tag()] / "model.pt").exists() and checkpoints[None].exists()
 
 
 def test_an_export_to_a_name_near_name_max_is_written(tmp_path):
