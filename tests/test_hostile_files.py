@@ -1265,6 +1265,36 @@ def test_a_stop_during_the_out_probe_leaves_no_probe_file(tmp_path, monkeypatch,
     assert entries(tmp_path) == []
 
 
+@pytest.mark.parametrize("nameless", [True, False], ids=["O_TMPFILE", "named"])
+def test_a_stop_as_data_codes_stderr_is_held_leaves_no_file_in_tmpdir(
+    tmp_path, monkeypatch, nameless
+):
+    """Found by the sixty-fourth round (as the --out probe's): a stop landing between the
+    temporary file that holds data code's descriptor 2 made and its name removed
+    (`data.descriptor_2_held`) left `pipeplan-stderr-…` in TMPDIR for good. It has no name
+    where the file system makes such a file (O_TMPFILE); elsewhere the stop is held between."""
+    import contextlib
+    import signal
+    import tempfile
+
+    from executor import data
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    if not nameless:
+        monkeypatch.delattr(os, "O_TMPFILE")
+    mkstemp = tempfile.mkstemp
+
+    def making(*args, **kwargs):
+        made = mkstemp(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C as its os.open returns
+        return made
+
+    monkeypatch.setattr(tempfile, "mkstemp", making)
+    with contextlib.suppress(KeyboardInterrupt), data.descriptor_2_held([]):
+        pass
+    assert entries(tmp_path) == []
+
+
 def test_an_export_removes_what_a_killed_export_left_beside_its_folder(tmp_path):
     """Found by the fifty-seventh round: `export` killed outright (SIGKILL) left its temporary
     folder, as large as the model, beside DIR, and every later export to DIR left it there.
