@@ -53,6 +53,7 @@ from pipeplan.errors import (
     quoted,
 )
 from pipeplan.fileio import (
+    CHECKPOINT_WRITER,
     EXPORT_FOLDER,
     TEMPORARY_PART,
     stops_deferred,
@@ -62,6 +63,7 @@ from pipeplan.fileio import (
 )
 from pipeplan.formats import CheckpointManifest, Layout, RunConfig, dumps, load
 from pipeplan.formats.base import open_input, read_input
+from pipeplan.spawn import owner_tag
 
 log = logging.getLogger("pipeplan.checkpoint")
 T = TypeVar("T")
@@ -143,6 +145,15 @@ def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest
         # second half-run's checkpoints (the twenty-eighth round).
         root.mkdir(exist_ok=True)
         tmp.mkdir()
+        # Its writer named in it until it is whole: a command that claims or reads the run
+        # removes it once this process is gone (`fileio._remove_dead_checkpoints`). Where
+        # the name does not fit (a run directory near PATH_MAX), the next resume removes it.
+        writer = tmp / f"{CHECKPOINT_WRITER}{tag}" if (tag := owner_tag()) else None
+        try:
+            if writer is not None:
+                writer.touch()
+        except OSError:
+            writer = None
         for name, value in tensors.items():
             torch.save(value, tmp / name)
         files = {name: file_sha256(tmp / name) for name in tensors}
@@ -152,6 +163,8 @@ def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest
         for f in tmp.iterdir():
             with open(f, "rb") as handle:
                 os.fsync(handle.fileno())
+        if writer is not None:
+            writer.unlink()
         shutil.rmtree(final, ignore_errors=True)
         with stops_deferred():  # the folder in place and `latest` naming it, or neither
             os.replace(tmp, final)

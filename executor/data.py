@@ -73,7 +73,7 @@ from pipeplan.errors import (
     quoted,
 )
 from pipeplan.exits import exits_raised, forks_ended, is_command_process
-from pipeplan.fileio import identity
+from pipeplan.fileio import identity, stops_deferred
 from pipeplan.formats.base import MAX_SAMPLES, file_state
 from pipeplan.log import write_line
 from pipeplan.startup import SIGNALS, signal_name
@@ -4184,11 +4184,10 @@ def descriptor_2_held(into: list[bytes], limit: int = MAX_HELD_BYTES) -> Iterato
     console, path = identity(2), _where(2)
     saved = os.dup(2)
     try:
-        held, name = tempfile.mkstemp(prefix="pipeplan-stderr-")
+        held = _nameless_file()
     except BaseException:
         os.close(saved)
         raise
-    os.unlink(name)  # gone with its last descriptor
     kept = (saved, identity(saved)), (held, identity(held))
     try:
         os.dup2(held, 2)
@@ -4207,6 +4206,27 @@ def descriptor_2_held(into: list[bytes], limit: int = MAX_HELD_BYTES) -> Iterato
             os.lseek(held, 0, os.SEEK_SET)
             into.append(_read_up_to(held, limit))
             os.close(held)
+
+
+def _nameless_file() -> int:
+    """A new file in tempfile's folder that no name leads to, gone with its last descriptor:
+    O_TMPFILE, where the file system makes one. Else one named as mkstemp names it, removed
+    at once, with every stop held between (`stops_deferred`): a stop landing between the two
+    left `pipeplan-stderr-…` in TMPDIR for good (the sixty-fourth round, as the `--out`
+    probe's)."""
+    if hasattr(os, "O_TMPFILE"):  # Linux
+        with contextlib.suppress(OSError):  # EOPNOTSUPP, EISDIR: none on this file system
+            return os.open(tempfile.gettempdir(), os.O_RDWR | os.O_TMPFILE, 0o600)
+    held = None
+    try:
+        with stops_deferred():
+            held, name = tempfile.mkstemp(prefix="pipeplan-stderr-")
+            os.unlink(name)
+    except BaseException:  # the stop, acted on as the block ends
+        if held is not None:
+            os.close(held)
+        raise
+    return held
 
 
 def _read_up_to(fd: int, limit: int) -> bytes:

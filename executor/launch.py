@@ -211,6 +211,7 @@ import errno
 import hashlib
 import json
 import logging
+import random
 import re
 import shlex
 import threading
@@ -2021,9 +2022,15 @@ def agent_scope(logs: Path) -> Iterator[pipeplan_log.FileHandler]:
     for logger in loggers:
         logger.addHandler(file_handler)
         logger.propagate = False
+    # Python's random numbers too: the agent's rendezvous draws its delay from them
+    # (`random.uniform`), and a seeded caller's own draws after `pipeplan.run()` differed from
+    # those of the same program without it (the sixty-fourth round). torch's are kept apart
+    # where pipeplan draws them (`torch.random.fork_rng`); numpy's the agent does not draw.
+    numbers = random.getstate()
     try:
         yield file_handler
     finally:
+        random.setstate(numbers)
         for logger, propagate in loggers.items():
             logger.removeHandler(file_handler)
             logger.propagate = propagate

@@ -71,12 +71,15 @@ def check_writable(
             raise OutputError(f"{path}: is also an input of this command; write elsewhere")
     if not parent.is_dir():
         raise OutputError(f"{path}: {_no_folder(parent)}")
-    try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".pipeplan-probe-")
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write in {parent} ({os_reason(exc)})") from None
-    os.close(fd)
-    os.unlink(probe)
+    # Every stop held from the probe's making to its removal: one landing between them left
+    # `.pipeplan-probe-…` in the user's folder for good (the sixty-fourth round).
+    with stops_deferred():
+        try:
+            fd, probe = tempfile.mkstemp(dir=parent, prefix=".pipeplan-probe-")
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot write in {parent} ({os_reason(exc)})") from None
+        os.close(fd)
+        os.unlink(probe)
     return path
 
 
@@ -682,10 +685,63 @@ def _run_exports_removed(directory: Path) -> None:
     resume removed (it is refused) and export, report and calibrate left for good (the
     sixty-second round); killed as rank 0 wrote summary.json, its `.summary.json.….tmp`,
     which only a next write into the folder removed, and a finished run has none (the
-    sixty-third). Never raises."""
+    sixty-third); killed as rank 0 wrote a checkpoint, its `.tmp-step-N/`
+    (`_remove_dead_checkpoints`), which a resume refused for want of a checkpoint never
+    removed (the sixty-fourth). Never raises."""
     with suppress(OSError, OutputError), held_folder(directory) as folder:
         remove_dead_exports(folder)
         _remove_left_temporaries(folder)
+        _remove_dead_checkpoints(folder)
+
+
+# A checkpoint as rank 0 writes it (`executor.checkpoint`: `.tmp-step-N/`, renamed `step-N/`
+# once whole), and the empty file in it that names its writer (`owner_tag`) until then.
+CHECKPOINT_FOLDER = re.compile(r"\.tmp-step-[0-9]{1,12}")
+CHECKPOINT_WRITER = ".pipeplan-writer-"
+_CHECKPOINT_WRITER = re.compile(rf"{re.escape(CHECKPOINT_WRITER)}({OWNER_TAG})")
+
+
+def _remove_dead_checkpoints(run: HeldFolder) -> None:
+    """The checkpoints in the held `run`'s checkpoints/ that a writer now gone (`owner_gone`)
+    left half-written: `pipeplan run` killed outright (SIGKILL) as rank 0 wrote its first
+    checkpoint left `.tmp-step-5/`, which the resume it refused ("no checkpoint to resume
+    from") never removed, nor report or export (the sixty-fourth round). Only a folder named
+    as a checkpoint's and holding its writer's mark; one without (its writer killed as it made
+    it, or no /proc) is the next resume's to remove (`checkpoint.remove_partial`)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        checkpoints = os.open("checkpoints", flags, dir_fd=run.fd)
+    except OSError:
+        return
+    try:
+        for entry in os.listdir(checkpoints):
+            if CHECKPOINT_FOLDER.fullmatch(entry) and _writer_gone(checkpoints, entry):
+                shutil.rmtree(entry, dir_fd=checkpoints, ignore_errors=True)
+    finally:
+        os.close(checkpoints)
+
+
+def _writer_gone(checkpoints: int, name: str) -> bool:
+    """Whether the folder `name` in the open `checkpoints` is this user's and holds the mark
+    of a writer that is gone (`_remove_dead_checkpoints`)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        folder = os.open(name, flags, dir_fd=checkpoints)
+    except OSError:  # a link, a file: not a checkpoint's
+        return False
+    try:
+        if os.fstat(folder).st_uid != os.getuid():
+            return False
+        for entry in os.listdir(folder):
+            named = _CHECKPOINT_WRITER.fullmatch(entry)
+            if named is not None and owner_gone(named[1]):
+                found = os.stat(entry, dir_fd=folder, follow_symlinks=False)
+                return stat.S_ISREG(found.st_mode)
+        return False
+    except OSError:
+        return False
+    finally:
+        os.close(folder)
 
 
 def _new_file(folder: HeldFolder, prefix: str, suffix: str) -> tuple[int, str]:

@@ -280,6 +280,23 @@ def _main_not_run_again(args: tuple):
         mp_spawn.get_preparation_data = prepare
 
 
+@contextlib.contextmanager
+def _start_method_kept():
+    """The process's default start method (multiprocessing's) as the block found it: each
+    spawn's start reads it (`multiprocessing.spawn.get_preparation_data`), which fixes an
+    unset one to the platform's default, and the caller's own `set_start_method("spawn")`
+    after `pipeplan.profile(..., nproc=2)` raised "context has already been set" (the
+    sixty-fourth round)."""
+    import multiprocessing
+
+    before = multiprocessing.get_start_method(allow_none=True)
+    try:
+        yield
+    finally:
+        if before is None:  # set by the block: unset again (`force`: the stdlib's own way)
+            multiprocessing.set_start_method(None, force=True)
+
+
 def run_ranks(
     fn: Callable[..., None], nproc: int, args: tuple, deadline_s: float, what: str
 ) -> None:
@@ -294,7 +311,8 @@ def _run_held(nproc: int, args: tuple, deadline_s: float, what: str, said: Path)
     # Here: the rest of this module (`owner_tag`, for every output's temporaries) needs no torch.
     import torch.multiprocessing as mp
 
-    with _ctrl_c_ignored(), _quiet_cpp_log(), _main_not_run_again(args):  # as ranks start
+    # As ranks start:
+    with _ctrl_c_ignored(), _quiet_cpp_log(), _main_not_run_again(args), _start_method_kept():
         ctx = mp.start_processes(
             _orphan_proof, args=args, nprocs=nproc, join=False, start_method="spawn"
         )

@@ -508,6 +508,26 @@ def test_remove_partial_takes_only_what_an_unfinished_write_left(tmp_path):
     assert checkpoint.remove_partial(tmp_path / "none") == []  # no run there: nothing, no error
 
 
+def test_a_checkpoint_names_its_writer_until_it_is_whole(tmp_path, monkeypatch):
+    """Found by the sixty-fourth round: `pipeplan run` killed outright (SIGKILL) as rank 0
+    wrote its first checkpoint left `.tmp-step-5/`, which the refused resume never removed. The
+    folder names its writer while it is written (for `fileio._remove_dead_checkpoints`, once
+    that process is gone); the checkpoint it becomes holds no such mark."""
+    from executor import checkpoint
+    from pipeplan.spawn import owner_tag
+
+    save, seen = checkpoint.torch.save, []
+
+    def saving(value, path):
+        seen.append(sorted(os.listdir(Path(path).parent)))
+        save(value, path)
+
+    monkeypatch.setattr(checkpoint.torch, "save", saving)
+    final = checkpoint._write(tmp_path, {"model.pt": {"w": torch.zeros(4)}}, _manifest(3))
+    assert seen == [[f".pipeplan-writer-{owner_tag()}"]]
+    assert sorted(os.listdir(final)) == ["manifest.json", "model.pt"]
+
+
 def test_remove_partial_does_not_follow_a_linked_checkpoints_folder(tmp_path):
     """Found by the twenty-fifth round (the clean-up above): a checkpoints/ that is a link
     leads out of the run; what lies there is not the run's to remove."""

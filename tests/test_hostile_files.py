@@ -1224,6 +1224,77 @@ def test_a_second_stop_in_an_exports_clean_up_leaves_no_staging_folder(
     assert entries(tmp_path) == []
 
 
+@pytest.mark.parametrize("where", ["made", "removed"])
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_a_stop_during_the_out_probe_leaves_no_probe_file(tmp_path, monkeypatch, name, where):
+    """Found by the sixty-fourth round: a stop landing between the --out writability probe's
+    making and its removal (`fileio.check_writable`) left an empty `.pipeplan-probe-…` in the
+    user's folder for good. Every stop is held across the two: it acts once the probe is
+    gone, and nothing is left."""
+    import signal
+    import tempfile
+
+    from pipeplan import fileio
+    from pipeplan.errors import Stopped
+
+    def stopped(signum, frame):  # the command's handler
+        raise Stopped(signum)
+
+    signum = getattr(signal, name)
+    mkstemp, unlink = tempfile.mkstemp, os.unlink
+
+    def making(*args, **kwargs):
+        made = mkstemp(*args, **kwargs)
+        if where == "made":  # as its os.open returns
+            signal.raise_signal(signum)
+        return made
+
+    def removing(path, *args, **kwargs):
+        if where == "removed" and ".pipeplan-probe-" in str(path):
+            signal.raise_signal(signum)
+        unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(fileio.tempfile, "mkstemp", making)
+    monkeypatch.setattr(fileio.os, "unlink", removing)
+    before = signal.signal(signal.SIGTERM, stopped)
+    try:
+        with pytest.raises(KeyboardInterrupt if name == "SIGINT" else Stopped):
+            fileio.check_writable(tmp_path / "p.json")
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert entries(tmp_path) == []
+
+
+@pytest.mark.parametrize("nameless", [True, False], ids=["O_TMPFILE", "named"])
+def test_a_stop_as_data_codes_stderr_is_held_leaves_no_file_in_tmpdir(
+    tmp_path, monkeypatch, nameless
+):
+    """Found by the sixty-fourth round (as the --out probe's): a stop landing between the
+    temporary file that holds data code's descriptor 2 made and its name removed
+    (`data.descriptor_2_held`) left `pipeplan-stderr-…` in TMPDIR for good. It has no name
+    where the file system makes such a file (O_TMPFILE); elsewhere the stop is held between."""
+    import contextlib
+    import signal
+    import tempfile
+
+    from executor import data
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    if not nameless:
+        monkeypatch.delattr(os, "O_TMPFILE")
+    mkstemp = tempfile.mkstemp
+
+    def making(*args, **kwargs):
+        made = mkstemp(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C as its os.open returns
+        return made
+
+    monkeypatch.setattr(tempfile, "mkstemp", making)
+    with contextlib.suppress(KeyboardInterrupt), data.descriptor_2_held([]):
+        pass
+    assert entries(tmp_path) == []
+
+
 def test_an_export_removes_what_a_killed_export_left_beside_its_folder(tmp_path):
     """Found by the fifty-seventh round: `export` killed outright (SIGKILL) left its temporary
     folder, as large as the model, beside DIR, and every later export to DIR left it there.
@@ -1279,7 +1350,10 @@ def test_a_command_on_a_run_removes_the_model_export_a_killed_run_left(
     that reads or claims the run directory removes a run's export whose writer is gone (as
     `export` does beside its --out); a live writer's stays. Found by the sixty-third round:
     the same kill as rank 0 wrote summary.json left `.summary.json.….tmp`, which only a next
-    write into the folder removed (a finished run has none): it goes too, a live one's stays."""
+    write into the folder removed (a finished run has none): it goes too, a live one's stays.
+    Found by the sixty-fourth round: the same kill as rank 0 wrote a checkpoint left
+    `checkpoints/.tmp-step-N/`, which only a resume removed, and the resume was refused: it
+    goes once its writer (named in it) is gone; a live writer's, or one naming none, stays."""
     import subprocess
 
     from executor.cache import process_start
@@ -1300,10 +1374,19 @@ def test_a_command_on_a_run_removes_the_model_export_a_killed_run_left(
     staged = {owner: run / f".summary.json.{owner}-0a1b2c3d.tmp" for owner in (gone, owner_tag())}
     for path in staged.values():
         path.write_text("{")
+    checkpoints = {owner: run / "checkpoints" / f".tmp-step-{97 + i}" for i, owner in
+                   enumerate((gone, owner_tag(), None))}  # fmt: skip
+    for owner, path in checkpoints.items():
+        path.mkdir()
+        (path / "model.pt").write_bytes(b"half")
+        if owner is not None:
+            (path / f".pipeplan-writer-{owner}").touch()
     argv = [part.format(run=run, tmp=tmp_path) for part in command]
     assert cli.main(argv) == (2 if "--resume" in argv else 0), capsys.readouterr().err
     assert not (run / left).exists() and (run / live / models.EXPORT_MARK).exists()
     assert not staged[gone].exists() and staged[owner_tag()].exists()
+    assert not checkpoints[gone].exists()
+    assert (checkpoints[owner_tag()] / "model.pt").exists() and checkpoints[None].exists()
 
 
 def test_an_export_to_a_name_near_name_max_is_written(tmp_path):
