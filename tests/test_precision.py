@@ -308,8 +308,9 @@ def test_a_bf16_pipeline_computes_as_the_unsplit_model_under_autocast(phase):
 # ----------------------------------------------------------------------------- a whole run
 
 # 85 MiB per rank: vit-digits starts as a 2-stage pipeline in either precision (1×2 does not
-# fit), so stage-to-stage traffic is real; 3 layers freeze at epoch 3 and 5 at epoch 4, and the
-# planner decides whether their output is read from the cache.
+# fit), so stage-to-stage traffic is real; 4 layers freeze for the last two epochs (4 and 5),
+# and the planner decides whether their output is read from the cache (and, from each
+# precision's own profile, the last phase's layout: observed 2x1 M=4 in fp32, 1x2 M=8 in bf16).
 RUN = [
     "run",
     "--nproc",
