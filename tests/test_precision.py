@@ -356,20 +356,25 @@ def _records(run_dir):
 @pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
-def test_a_bf16_run_on_digits_reaches_the_accuracy_of_the_fp32_run(runs):
-    """Observed (2 ranks, seed 0, this configuration): held-out accuracy after 5 epochs
-    64.1 % in fp32, 64.6 % in bf16 (chance: 10 %); per-step losses differ from the first step
-    on."""
+def test_a_bf16_run_on_digits_trains_as_the_fp32_run_until_rounding_compounds(runs):
+    """The bf16 run follows the fp32 run step for step, its losses apart by bfloat16's
+    rounding alone, and learns. Observed (2 ranks, this configuration, 2026-12-06): the first
+    12 steps' losses within 8.3e-4 relative (seeds 0 and 1; the test allows 3e-3); from the
+    end of the early loss plateau (steps 16-20) the two diverge, and the 5-epoch held-out
+    accuracy then depends on that rounding: 66.0 % fp32 vs 84.7 % bf16 at seed 0, 63.5 % vs
+    49.3 % at seed 1 (chance: 10 %). The earlier claim, "within 2 points" (64.1 vs 64.6 %),
+    never held on this machine: the same commit gave 66.0 vs 79.9 %."""
     (fp32_steps, fp32_epochs), (bf16_steps, bf16_epochs) = (
         _records(runs["fp32"]),
         _records(runs["bf16"]),
     )
-    fp32, bf16 = fp32_epochs[-1].eval_accuracy, bf16_epochs[-1].eval_accuracy
-    assert fp32 > 0.5  # well above chance, so the comparison means something
-    assert abs(bf16 - fp32) <= 0.02
     # Autocast was on: every step's loss differs from fp32's, and none is lost to overflow.
     losses = [(a.loss, b.loss) for a, b in zip(fp32_steps, bf16_steps, strict=True)]
     assert all(a != b and math.isfinite(b) for a, b in losses if a is not None)
+    early = [abs(b - a) / abs(a) for a, b in losses[:12]]
+    assert max(early) <= 3e-3, early
+    # Both learn: well above chance (the least observed 49.3 %).
+    assert fp32_epochs[-1].eval_accuracy > 0.4 and bf16_epochs[-1].eval_accuracy > 0.4
 
 
 @pytest.mark.long
