@@ -2521,14 +2521,15 @@ def pickling_kept(spec: str, doing: str) -> Iterator[None]:
 # their classes, and RANK_LIBRARIES. Too many to snapshot around each item read
 # (`functions_kept` holds KEPT_MODULES there, ~0.8 ms a batch): its snapshot, of ~710 modules
 # and classes (~14,800 names), ~46 tables of pipeplan's and ~100 of the libraries (~700
-# entries), costs ~20 ms once (~10-14 ms before the sixty-fourth round's), and each
-# comparison ~0.35 ms where nothing moved since the last (`_as_found`; ~2.7 ms in full), the
-# least of 20 on a shared core for a BERT rank (0.17 ms and 1.3 ms before the sixty-fourth
-# round's modules and tables; ~1.4 ms each, in full, before the sixty-third's). Found by the
-# sixty-second round: a `__getitem__`'s `pipeplan.precision.compute = bf16 autocast`
-# trained an fp32 run in bfloat16, `executor.checkpoint._write` and `pipeplan.models.export`
-# replaced wrote an all-zero checkpoint and model, and `torch._C._nn.cross_entropy_loss`
-# trained towards class 0, each exit 0.
+# entries), costs ~9 ms once (5 ms before the sixty-fourth round's; ~20 ms and 14 ms on a
+# busier core), and each comparison ~0.36 ms where nothing moved since the last (`_as_found`;
+# ~2.6 ms in full), the least of 20 on a shared core for a BERT rank (0.17 ms and 1.3 ms
+# before the sixty-fourth round's modules and tables; ~1.4 ms each, in full, before the
+# sixty-third's). Found by the sixty-second round: a `__getitem__`'s
+# `pipeplan.precision.compute = bf16 autocast` trained an fp32 run in bfloat16,
+# `executor.checkpoint._write` and `pipeplan.models.export` replaced wrote an all-zero
+# checkpoint and model, and `torch._C._nn.cross_entropy_loss` trained towards class 0, each
+# exit 0.
 RANK_PACKAGES = ("pipeplan", "executor", "profiles")
 RANK_TORCH = (
     "torch.nn.modules",
@@ -2921,8 +2922,12 @@ def _rank_changes(held: RankHeld) -> list[str]:
                 and not _same_flag(now.get(key, missing), old)
                 and key not in _rebinds(owner)
             ]
-            if hasattr(type(owner), "__getattr__"):
-                found += [f"{name}.{key}" for key in now.keys() - names.keys()]
+            if hasattr(type(owner), "__getattr__"):  # less a submodule imported since
+                found += [
+                    f"{name}.{key}"
+                    for key in now.keys() - names.keys()
+                    if not _imported_submodule(f"{name}.{key}", now[key])
+                ]
         changed += found
     changed += [name for name, table, copy in held.tables if not _same_table(table, copy)]
     changed += [name for name, table, copy in held.entries if not _entries_kept(table, copy)]
@@ -2940,8 +2945,10 @@ def _rank_changes(held: RankHeld) -> list[str]:
 
 
 def _same_flag(now: Any, held: Any) -> bool:
-    """Whether a library's plain value `now` is the one held (or equal to it, of its type)."""
-    return now is held or (type(now) is type(held) and now == held)
+    """Whether a library's plain value `now` is the one held (or equal to it, of its type;
+    NaN as NaN)."""
+    same = type(now) is type(held) and (now == held or (now != now and held != held))
+    return now is held or same
 
 
 def check_rank_held(spec: str, held: RankHeld, when: str) -> None:
