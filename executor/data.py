@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copyreg
+import dis
 import errno
 import faulthandler
 import gc
@@ -46,9 +47,9 @@ import time
 import types
 import warnings
 import weakref
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -2521,20 +2522,24 @@ def pickling_kept(spec: str, doing: str) -> Iterator[None]:
 # (`check_rank_held`): every module of pipeplan's own packages imported then, and torch's
 # layers, gradient clipping, C functions of torch.nn.functional and pipeline, and json, with
 # their classes, and RANK_LIBRARIES. Too many to snapshot around each item read
-# (`functions_kept` holds KEPT_MODULES there, ~0.8 ms a batch): its snapshot, of ~600 modules
-# and classes (~11,500 names) and ~56 tables, costs ~10-25 ms once, and each comparison
-# ~0.25 ms where nothing moved since the last (`_as_found`; ~1.9 ms in full), the least of 20
-# on a shared core (~1.4 ms each, in full, before the sixty-third round). Found by the
-# sixty-second round: a `__getitem__`'s `pipeplan.precision.compute = bf16 autocast`
-# trained an fp32 run in bfloat16, `executor.checkpoint._write` and `pipeplan.models.export`
-# replaced wrote an all-zero checkpoint and model, and `torch._C._nn.cross_entropy_loss`
-# trained towards class 0, each exit 0.
+# (`functions_kept` holds KEPT_MODULES there, ~0.8 ms a batch): its snapshot, of ~710 modules
+# and classes (~14,800 names), ~46 tables of pipeplan's and ~100 of the libraries (~700
+# entries), costs ~9 ms once (5 ms before the sixty-fourth round's; ~20 ms and 14 ms on a
+# busier core), and each comparison ~0.36 ms where nothing moved since the last (`_as_found`;
+# ~2.6 ms in full), the least of 20 on a shared core for a BERT rank (0.17 ms and 1.3 ms
+# before the sixty-fourth round's modules and tables; ~1.4 ms each, in full, before the
+# sixty-third's). Found by the sixty-second round: a `__getitem__`'s
+# `pipeplan.precision.compute = bf16 autocast` trained an fp32 run in bfloat16,
+# `executor.checkpoint._write` and `pipeplan.models.export` replaced wrote an all-zero
+# checkpoint and model, and `torch._C._nn.cross_entropy_loss` trained towards class 0, each
+# exit 0.
 RANK_PACKAGES = ("pipeplan", "executor", "profiles")
 RANK_TORCH = (
     "torch.nn.modules",
     "torch.nn.utils.clip_grad",
     "torch._C._nn",
     "torch.distributed.pipelining",
+    "torch.backends",
     "json",
 )
 # And the modules of the libraries the model is built of and a run writes with (each module
@@ -2555,6 +2560,49 @@ RANK_LIBRARIES = (
     "safetensors",
     "safetensors.torch",
     "pydantic.main",
+    # What the models' forwards look up at each call, found by tracing a BERT's, a GPT-2's, a
+    # Llama's and a ViT's forward and backward (`sys.setprofile`; with RANK_TORCH's
+    # `torch.backends`): torch._C's functions (`torch._C._get_tracing_state` in every Module
+    # call), torch._VF (`F.dropout` calls `_VF.dropout`), the Tensor's module, torch's
+    # overrides and tracing, compiling and graph-capture flags; the attention functions of
+    # transformers' table (`ALL_ATTENTION_FUNCTIONS`) and the decorators, flags and checks
+    # around every forward. And what `save_pretrained` writes a model/ with (traced): a
+    # decoder's GenerationConfig, the weights' conversion and huggingface_hub's
+    # serialization. Found by the sixty-fourth round: a `__getitem__` that set
+    # `torch._VF.dropout` to the identity trained BERT without its dropout, and one that
+    # replaced `GenerationConfig.to_json_string` wrote the run's model/generation_config.json
+    # with other token ids, exit 0.
+    "torch._C",
+    "torch._VF",
+    "torch._tensor",
+    "torch._utils",
+    "torch._jit_internal",
+    "torch.jit",
+    "torch.jit._trace",
+    "torch.overrides",
+    "torch.autograd",
+    "torch.autograd.graph",
+    "torch.compiler",
+    "torch.cuda",
+    "torch.xpu",
+    "torch.utils._python_dispatch",
+    "transformers.integrations.sdpa_attention",
+    "transformers.integrations.flash_attention",
+    "transformers.integrations.flex_attention",
+    "transformers.integrations.eager_paged",
+    "transformers.modeling_flash_attention_utils",
+    "transformers.utils.generic",
+    "transformers.utils.deprecation",
+    "transformers.utils.import_utils",
+    "transformers.generation.configuration_utils",
+    "transformers.core_model_loading",
+    "transformers.conversion_mapping",
+    "transformers.fusion_mapping",
+    "transformers.distributed.utils",
+    "transformers.utils.logging",
+    "huggingface_hub.serialization._base",
+    "huggingface_hub.serialization._torch",
+    "huggingface_hub.dataclasses",
 )
 # Plain objects code dispatches through, held with their own attributes: `json.dumps(obj)`
 # encodes with json's default encoder (the sixty-second round: one replaced in a `load`
@@ -2620,12 +2668,14 @@ RANK_STATE = frozenset(
 @dataclass
 class RankHeld:
     """What `rank_held` took: each module's and class's names (name, owner, a copy of its
-    `vars`), pipeplan's tables (dotted name, the table, a shallow copy) and RANK_VALUES
-    (dotted name, the object, a copy of its `vars`)."""
+    `vars`), pipeplan's tables (dotted name, the table, a shallow copy), RANK_VALUES
+    (dotted name, the object, a copy of its `vars`) and the libraries' tables (dotted name,
+    the table, what each key gave: `_library_tables`)."""
 
     owners: list[tuple[str, Any, dict[str, Any]]]
     tables: list[tuple[str, Any, Any]]
     values: list[tuple[str, Any, dict[str, Any]]]
+    entries: list[tuple[str, Any, dict[Any, Any]]] = field(default_factory=list)
     # What `_rank_changes` looks at first, in C: each owner's names, each table's keys and
     # entries and each value's attributes as live views, with their lengths and objects in
     # order as the last comparison found them unchanged (`_as_found`).
@@ -2637,6 +2687,7 @@ class RankHeld:
         self.views = [vars(owner).values() for _, owner, _ in self.owners]
         self.views += [view for _, table, _ in self.tables for view in _table_views(table)]
         self.views += [vars(value).values() for _, value, _ in self.values]
+        self.views += [view for _, table, _ in self.entries for view in _entry_views(table)]
         self.found()
 
     def found(self) -> None:
@@ -2650,10 +2701,97 @@ def _table_views(table: Any) -> list[Any]:
     return [table.keys(), table.values()] if isinstance(table, dict) else [table]
 
 
+def _entry_views(table: Any) -> list[Any]:
+    """A library table's live views: a dict's keys and entries; a registry object's
+    attributes and the keys and entries of the dicts among them (its own mapping)."""
+    if issubclass(type(table), dict):
+        return [table.keys(), table.values()]
+    names = vars(table)
+    own = [value for value in names.values() if issubclass(type(value), dict)]
+    return [names.values(), *(view for value in own for view in (value.keys(), value.values()))]
+
+
+# A library module's plain values compared as its functions are (`_rank_changes`), where its
+# own code does not rebind them (`_rebinds`): the flags its functions read at each call.
+_FLAGS = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _library_tables(name: str, names: dict[str, Any]) -> list[tuple[str, Any, dict[Any, Any]]]:
+    """The tables at the top level of a library's module or class (`names`, its `vars`),
+    each with what each of its keys gives now: every dict (transformers'
+    `AttentionInterface._global_mapping`, `ACT2CLS`), and every other mapping (a registry
+    object, `ALL_ATTENTION_FUNCTIONS`, which looks a key up in its own dict, then in its
+    class's). Found by the sixty-fourth round: `AttentionInterface.register("sdpa", zeros)`
+    or `AttentionMaskInterface.register("sdpa", all_true)` in a `__getitem__` trained BERT
+    with no attention and GPT-2 with a non-causal mask, exit 0: holding the class held the
+    dict, not what it maps to."""
+    found = []
+    for key, value in names.items():
+        kind = type(value)
+        if key.startswith("__") or issubclass(kind, type):
+            continue
+        if issubclass(kind, dict):
+            # Its entries as stored: `dict(value)` calls a subclass's `__getitem__`, which
+            # for transformers' ACT2FN makes each activation.
+            stored = dict(zip(value.keys(), value.values(), strict=True))
+            found.append((f"{name}.{key}", value, stored))
+        elif (
+            issubclass(kind, Mapping)
+            and not issubclass(kind, (weakref.WeakKeyDictionary, weakref.WeakValueDictionary))
+            and isinstance(getattr(value, "__dict__", None), dict)
+        ):  # not a weak one, whose entries go as their objects do
+            with contextlib.suppress(Exception):  # one that cannot list its keys: left out
+                found.append((f"{name}.{key}", value, {item: value[item] for item in value}))
+    return found
+
+
+def _entries_kept(table: Any, held: dict[Any, Any]) -> bool:
+    """Whether each key of a library's table (`_library_tables`) still gives what it gave
+    (`held`): a key added (`AttentionInterface.register("mine", f)`, a cache's new entry) is
+    no change, a key held that now gives another object or none is."""
+    missing = object()
+    get = partial(dict.get, table) if issubclass(type(table), dict) else table.get
+    try:
+        return all(get(key, missing) is value for key, value in held.items())
+    except Exception:  # its lookup failed: not as it was
+        return False
+
+
+@cache
+def _rebinds(module: types.ModuleType) -> frozenset[str]:
+    """The names of `module` its own functions and its classes' methods rebind (`global
+    name`): its state as it runs (`transformers.utils.logging._tqdm_active`), not a flag
+    code elsewhere may change."""
+    space = vars(module)
+    functions = []
+    for value in list(space.values()):
+        if issubclass(type(value), type) and getattr(value, "__module__", None) == module.__name__:
+            functions += list(vars(value).values())
+        else:
+            functions.append(value)
+    codes = []
+    for value in functions:
+        for part in (value, *(getattr(value, key, None) for key in ("__func__", "fget", "fset"))):
+            with contextlib.suppress(Exception):  # an object whose attributes fail: none
+                function = inspect.unwrap(part)
+                if type(function) is types.FunctionType and function.__globals__ is space:
+                    codes.append(function.__code__)
+    names: set[str] = set()
+    while codes:
+        code = codes.pop()
+        codes += [const for const in code.co_consts if type(const) is types.CodeType]
+        names.update(
+            step.argval
+            for step in dis.get_instructions(code)
+            if step.opname in ("STORE_GLOBAL", "DELETE_GLOBAL")
+        )
+    return frozenset(names)
+
+
 def _as_found(held: RankHeld) -> bool:
     """Whether every view of `held` holds what it held at the last comparison, compared in C
-    (~0.3 ms for the ~12,000 names of a BERT rank, against ~1.7 ms for `_rank_changes`' full
-    comparison): the check each batch a rank reads can afford."""
+    (~0.35 ms for the ~15,500 names and entries of a BERT rank, against ~2.7 ms for
+    `_rank_changes`' full comparison): the check each batch a rank reads can afford."""
     return list(map(len, held.views)) == held.lengths and all(
         map(operator.is_, itertools.chain.from_iterable(held.views), held.objects)
     )
@@ -2732,7 +2870,13 @@ def rank_held(model: Iterable[str] = ()) -> RankHeld:
         value = getattr(sys.modules.get(module), key, None)
         if isinstance(getattr(value, "__dict__", None), dict):
             values.append((dotted, value, vars(value).copy()))
-    return RankHeld(owners, tables, values)
+    entries = [
+        table
+        for name, _, names in owners
+        if name.partition(".")[0] not in RANK_PACKAGES
+        for table in _library_tables(name, names)
+    ]
+    return RankHeld(owners, tables, values, entries)
 
 
 def _rank_changes(held: RankHeld) -> list[str]:
@@ -2769,8 +2913,27 @@ def _rank_changes(held: RankHeld) -> list[str]:
                 and f"{name}.{key}" not in RANK_STATE
                 and now.get(key, missing) is not old
             ]
+        elif not isinstance(owner, type):
+            # A library's flags (`sdpa_attention._is_torch_npu_available`, `SAFE_WEIGHTS_NAME`),
+            # and a name added to a module whose class gives what it lacks (torch._VF's
+            # `__getattr__` gives torch's C functions: `torch._VF.dropout = …` hides one).
+            found += [
+                f"{name}.{key}"
+                for key, old in names.items()
+                if type(old) in _FLAGS
+                and not key.startswith("__")
+                and not _same_flag(now.get(key, missing), old)
+                and key not in _rebinds(owner)
+            ]
+            if hasattr(type(owner), "__getattr__"):  # less a submodule imported since
+                found += [
+                    f"{name}.{key}"
+                    for key in now.keys() - names.keys()
+                    if not _imported_submodule(f"{name}.{key}", now[key])
+                ]
         changed += found
     changed += [name for name, table, copy in held.tables if not _same_table(table, copy)]
+    changed += [name for name, table, copy in held.entries if not _entries_kept(table, copy)]
     for dotted, value, names in held.values:
         module, _, key = dotted.rpartition(".")
         if (
@@ -2782,6 +2945,13 @@ def _rank_changes(held: RankHeld) -> list[str]:
     if not changed:
         held.found()
     return list(dict.fromkeys(changed))
+
+
+def _same_flag(now: Any, held: Any) -> bool:
+    """Whether a library's plain value `now` is the one held (or equal to it, of its type;
+    NaN as NaN)."""
+    same = type(now) is type(held) and (now == held or (now != now and held != held))
+    return now is held or same
 
 
 def check_rank_held(spec: str, held: RankHeld, when: str) -> None:
@@ -2799,11 +2969,11 @@ def check_rank_held(spec: str, held: RankHeld, when: str) -> None:
         return
     raise BadArgumentError(
         f"data {quoted(spec)}: its code replaced or changed {_some(changed)} {when}; data "
-        "code must leave pipeplan's modules and tables, torch's layers and pipeline, the "
-        "model's transformers modules, safetensors, pydantic's BaseModel and json as it found "
-        "them, as every rank trains and writes its records with them (patch one only around "
-        "your own code that needs "
-        "it, as `with unittest.mock.patch(...)` does)"
+        "code must leave pipeplan's modules and tables, torch's layers, functions and "
+        "pipeline, the model's transformers modules and tables, what saves it, safetensors, "
+        "pydantic's BaseModel and json as it found them, as every rank trains and writes its "
+        "records and model with them (patch one only around your own code that needs it, as "
+        "`with unittest.mock.patch(...)` does)"
     )
 
 

@@ -7849,6 +7849,114 @@ def test_the_model_and_the_libraries_a_rank_writes_with_are_held_to_its_start():
     check_rank_held("m:load", held, "")  # all put back: passes again
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        "attention registered",
+        "attention set",
+        "mask registered",
+        "activation table",
+        "sdpa flag",
+        "sdpa function",
+        "torch._VF",
+        "torch._C",
+        "generation config",
+        "hub's save",
+        "a new attention name",
+    ],
+)
+def test_what_a_models_forward_and_its_save_look_up_at_each_call_is_held(case):
+    """Found by the sixty-fourth round: a rank held the modules of transformers' attention
+    and mask tables but not what the tables map to, nor torch._VF, nor what save_pretrained
+    writes with, so a `__getitem__`'s `AttentionInterface.register("sdpa", zeros)` trained
+    BERT with no attention, `AttentionMaskInterface.register("sdpa", all_true)` GPT-2 with a
+    non-causal mask, `torch._VF.dropout = identity` BERT without dropout, and
+    `GenerationConfig.to_json_string` replaced wrote model/generation_config.json with other
+    token ids, each exit 0. The libraries' tables are now held by their entries (a name
+    added, as a user's own attention, is no change), their flags, and the modules a
+    model's forward and its save look up at each call (`rank_held`)."""
+    import huggingface_hub.serialization._torch as hub_torch
+    import transformers.activations as activations
+    import transformers.integrations.sdpa_attention as sdpa
+    import transformers.masking_utils as masking
+    import transformers.modeling_utils as modeling
+    from transformers.generation.configuration_utils import GenerationConfig
+
+    from executor.data import BadArgumentError, check_rank_held, rank_held
+
+    def mine(*args, **kwargs):
+        return None
+
+    attention = modeling.AttentionInterface._global_mapping
+    local = vars(modeling.ALL_ATTENTION_FUNCTIONS)["_local_mapping"]
+    # What the `__getitem__` changes (a table, or a module's or class's name), to what, and
+    # the name the refusal gives (None: no change).
+    owner, key, value, named = {
+        "attention registered": (
+            attention, "sdpa", mine,
+            "transformers.modeling_utils.AttentionInterface._global_mapping",
+        ),
+        "attention set": (
+            local, "sdpa", mine, "transformers.modeling_utils.ALL_ATTENTION_FUNCTIONS"
+        ),
+        "mask registered": (
+            masking.AttentionMaskInterface._global_mapping, "sdpa", mine,
+            "transformers.masking_utils.AttentionMaskInterface._global_mapping",
+        ),
+        "activation table": (
+            activations.ACT2CLS, "gelu", torch.nn.ReLU, "transformers.activations.ACT2CLS"
+        ),
+        "sdpa flag": (
+            sdpa, "_is_torch_npu_available", True,
+            "transformers.integrations.sdpa_attention._is_torch_npu_available",
+        ),
+        "sdpa function": (
+            sdpa, "use_gqa_in_sdpa", mine,
+            "transformers.integrations.sdpa_attention.use_gqa_in_sdpa",
+        ),
+        "torch._VF": (torch._VF, "dropout", mine, "torch._VF.dropout"),  # over its __getattr__
+        "torch._C": (torch._C, "_get_tracing_state", mine, "torch._C._get_tracing_state"),
+        "generation config": (
+            GenerationConfig, "to_json_string", mine,
+            "transformers.generation.configuration_utils.GenerationConfig.to_json_string",
+        ),
+        "hub's save": (
+            hub_torch, "save_torch_state_dict", mine,
+            "huggingface_hub.serialization._torch.save_torch_state_dict",
+        ),
+        "a new attention name": (attention, "mine", mine, None),
+    }[case]  # fmt: skip
+    table = isinstance(owner, dict)
+    missing = object()
+    old = owner.get(key, missing) if table else vars(owner).get(key, missing)
+    held = rank_held(models.model_modules("gpt2-tiny"))
+    when = "as this rank read a training batch (it is not trained on)"
+    check_rank_held("m:load", held, when)  # nothing changed: passes
+    try:
+        if table:
+            owner[key] = value
+        else:
+            setattr(owner, key, value)
+        if named is None:
+            check_rank_held("m:load", held, when)
+        else:
+            with pytest.raises(BadArgumentError) as caught:
+                check_rank_held("m:load", held, when)
+            said = str(caught.value)
+            assert said.startswith("data 'm:load': its code replaced or changed "), said
+            assert named in said and f"{when}; data code must leave pipeplan's" in said, said
+    finally:
+        if old is missing and table:
+            del owner[key]
+        elif old is missing:
+            delattr(owner, key)
+        elif table:
+            owner[key] = old
+        else:
+            setattr(owner, key, old)
+    check_rank_held("m:load", held, "")  # all put back: passes again
+
+
 def test_a_patch_a_read_makes_is_refused_before_anything_computes_with_the_batch():
     """Found by the sixty-third round: a rank compared what it trains with only at each
     epoch's end and before each write, so a `__getitem__` that replaced
