@@ -2344,6 +2344,41 @@ def test_only_the_task_heads_tensors_start_fresh(tmp_path, capsys, case):
     refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, fragment)
 
 
+# (damage, the file's tensor of the 1-block checkpoint, what the one line says of it); the
+# model's names are vit.layers.0.attention.o_proj.weight, vit.layers.0.mlp.fc1.weight.
+RENAMED_ON_LOADING = {
+    "missing": ("encoder.layer.0.attention.output.dense.weight", "lacks 1 weights outside"),
+    "nan": ("encoder.layer.0.intermediate.dense.weight", "holds NaN or infinite values in"),
+    "extra": ("encoder.layer.1.attention.attention.query.bias", "holds 1 weights of the"),
+}
+
+
+@pytest.mark.parametrize("family", ["vit", "deit"])
+@pytest.mark.parametrize("damage", RENAMED_ON_LOADING)
+def test_a_weight_files_refusal_names_the_files_tensor(tmp_path, family, damage):
+    """Found by the sixty-fourth round: transformers 5 loads a ViT file's
+    vit.encoder.layer.N.attention.output.dense.weight into vit.layers.N.attention.o_proj, and
+    a tensor missing, extra or holding NaN was named by the model's name, which the file
+    does not hold. Each line now names the file's own tensor."""
+    from safetensors.torch import load_file, save_file
+
+    name, said = RENAMED_ON_LOADING[damage]
+    model = _family_checkpoint(tmp_path / "model", family)
+    tensors = load_file(model / "model.safetensors")
+    key = f"{family}.{name}"
+    if damage == "missing":
+        del tensors[key]
+    elif damage == "nan":
+        tensors[key][0, 0] = math.nan
+    else:
+        tensors[key] = torch.zeros(32)
+    save_file(tensors, model / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(InputFileError) as refusal:
+        models.build(str(model), task="classification")
+    assert f"model.safetensors {said}" in str(refusal.value)
+    assert key in str(refusal.value), str(refusal.value)
+
+
 def test_the_label_sized_tensors_are_each_familys_output_projection():
     """`Family.labels` names exactly the tensors whose shape depends on num_labels in each
     family's transformers classifier (built on the meta device at 2 and 3 labels): those
