@@ -692,6 +692,11 @@ CALIBRATION17 = {
         with_path(CALIBRATED, ("calibration", "runs"), ["runs/a", "./runs/a/"]),
         ("'calibration'", "runs names 'runs/a' twice: a calibration is fitted from distinct"),
     ),
+    # Sixty-fourth round: normpath kept POSIX's leading //, which calibrate reads as one run.
+    "a run named twice by //": (
+        with_path(CALIBRATED, ("calibration", "runs"), ["/nowhere/a", "//nowhere/a"]),
+        ("'calibration'", "runs names '/nowhere/a' twice: a calibration is fitted from distinct"),
+    ),
     "a median residual above the worst": (
         with_path(CALIBRATED, ("calibration", "residual_median"), 0.5),
         ("'calibration'", "residual_median 0.5 is above residual_max 0.04"),

@@ -4,7 +4,6 @@ the corrections `pipeplan calibrate` fitted on top (docs/architecture.md §3).""
 from __future__ import annotations
 
 import itertools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -12,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, field_validator, model_serializer, model_validator
 
 from pipeplan.errors import InputFileError, quoted, reason
+from pipeplan.fileio import same_path
 from pipeplan.formats.base import (
     CONFIG_LIMIT,
     MAX_CONFIG_BYTES,
@@ -706,13 +706,16 @@ class Calibration(Strict):
                 f"phases_used {quoted(self.phases_used, 40)} is above {most // kept}, the most "
                 f"phases of at least {kept} steady steps {records}"
             )
-        # calibrate refuses a run given twice; written twice by hand, its phases count twice.
-        spelled = [os.path.normpath(run) for run in self.runs]
-        if len(set(spelled)) < len(spelled):
-            twice = next(run for i, run in enumerate(spelled) if run in spelled[:i])
-            raise ValueError(
-                f"runs names {quoted(twice)} twice: a calibration is fitted from distinct runs"
-            )
+        # calibrate refuses a run given twice (`fileio.check_distinct`, by the same rule: a
+        # `//tmp/x` beside `/tmp/x`, or a link, passed here; the sixty-fourth round); written
+        # twice by hand, its phases count twice.
+        for i, run in enumerate(self.runs):
+            for earlier in self.runs[:i]:
+                if same_path(earlier, run):
+                    raise ValueError(
+                        f"runs names {quoted(earlier)} twice: a calibration is fitted from "
+                        "distinct runs"
+                    )
         if self.shapes is not None:
             pairs = [(shape.stages, shape.replicas) for shape in self.shapes]
             if not pairs or pairs != sorted(set(pairs)):
