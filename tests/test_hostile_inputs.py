@@ -749,19 +749,44 @@ CALIBRATION61 = {
             ("calibration", "residual_max"),
             1.46,
         ),
-        ("'calibration'", "residual_median 1.46 is past 50%, the most median step-time error"),
+        (
+            "invalid profile",
+            "'calibration'",
+            "residual_median 1.46 is past 50%, the most median step-time error",
+        ),
     ),
     "10^300 steps fitted": (
         with_path(CALIBRATED, ("calibration", "steps_used"), 10**300),
-        ("'calibration'", "steps_used 1000", "is above 16777216, the most steps the run.jsonl"),
+        (
+            "invalid profile",
+            "'calibration'",
+            "steps_used 1000",
+            "is above 16777216, the most steps the run.jsonl",
+        ),
     ),
     "10^20 phases fitted": (
         with_path(CALIBRATED, ("calibration", "phases_used"), 10**20),
-        ("'calibration'", "phases_used 100000000000000000000 is above 8388608, the most phases"),
+        (
+            "invalid profile",
+            "'calibration'",
+            "phases_used 100000000000000000000 is above 8388608, the most phases",
+        ),
     ),
     "a run named by nothing": (
         with_path(CALIBRATED, ("calibration", "runs"), ["runs/a", ""]),
-        ("'calibration'", "runs[1] is empty: calibrate names each run directory it read"),
+        (
+            "invalid profile",
+            "'calibration'",
+            "runs[1] is empty: calibrate names each run directory it read",
+        ),
+    ),
+    # Sixty-fourth round: a 2-device step priced at 3.2e6 s, and plan wrote it.
+    "1 s per byte of optimizer": (
+        with_path(CALIBRATED, ("calibration", "optimizer_s_per_byte"), 1.0),
+        (
+            "profile: calibration.optimizer_s_per_byte 1.0 prices the optimizer step of the",
+            "s, more than the 1e+06 s any timed operation takes",
+        ),
     ),
 }
 
@@ -771,9 +796,11 @@ def test_a_calibration_calibrate_would_not_write_is_refused(tmp_path, capsys, ca
     """Found by the sixty-first round: a calibration with a median error of 146 % (which
     calibrate refuses to write, past MAX_FIT_ERROR), 10^300 steps or 10^20 phases fitted
     (more than the runs' run.jsonl, at most 1 GiB each, can hold), or a run named by an empty
-    path was planned with, exit 0. Each is refused, naming the field."""
+    path was planned with, exit 0. Found by the sixty-fourth round: an optimizer_s_per_byte of
+    1 s (bounded by 1 s alone) priced a step at 3.2e6 s, above MAX_SECONDS; the optimizer
+    step of a stage holding every layer is held to it. Each is refused, naming the field."""
     doc, fragments = CALIBRATION61[case]
-    plan_refuses_profile(doc, ("profile.json: invalid profile", *fragments), tmp_path, capsys)
+    plan_refuses_profile(doc, ("profile.json: ", *fragments), tmp_path, capsys)
 
 
 def _without(doc: dict, path: tuple) -> dict:

@@ -17,6 +17,7 @@ from pipeplan.formats.base import (
     MAX_CONFIG_BYTES,
     MAX_COUNT,
     MAX_FILE_BYTES,
+    MAX_SECONDS,
     Bandwidth,
     Bytes,
     Count,
@@ -932,6 +933,23 @@ class Profile(Versioned):
                     f"calibration.shapes: {shape.label()} has {shape.stages} stages but the "
                     f"model has {len(self.layers)} layers: no phase of it ran that shape"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _optimizer_within_bounds(self) -> Profile:
+        """A calibration's optimizer_s_per_byte prices the optimizer step of a stage holding
+        every layer (a layout any plan may choose) within MAX_SECONDS, the bound of every
+        time a run measures, optimizer_s too: the sixty-fourth round's 1 s per byte (the
+        fit said 1.16e-8) priced a 2-device step at 3.2e6 s, and plan wrote it."""
+        rate = self.calibration.optimizer_s_per_byte if self.calibration is not None else None
+        total = sum(layer.param_bytes for layer in self.layers)
+        if rate is not None and rate * total > MAX_SECONDS:
+            raise ValueError(
+                f"calibration.optimizer_s_per_byte {rate!r} prices the optimizer step of the "
+                f"model's {total:,} parameter bytes at {rate * total:.3g} s, more than the "
+                f"{MAX_SECONDS:g} s any timed operation takes; calibrate fits it from the runs' "
+                "optimizer_s"
+            )
         return self
 
     @model_validator(mode="after")
