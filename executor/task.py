@@ -836,6 +836,16 @@ def export_run(
         return _export(run_dir, out, checkpoint, check_files)
 
 
+def _newest_kept(run_dir: Path) -> CheckpointManifest | None:
+    """The manifest of the run's newest kept checkpoint that reads (`kept_manifest`), or None."""
+    from executor.checkpoint import checkpoints_written, kept_manifest
+
+    for path in reversed(checkpoints_written(run_dir / "checkpoints")):
+        if (manifest := kept_manifest(path)) is not None:
+            return manifest
+    return None
+
+
 def _export(
     run_dir: str | Path, out: str | Path, checkpoint: str | None, check_files: RecordsCheck | None
 ) -> Path:
@@ -849,7 +859,7 @@ def _export(
         manifest_path,
         restore,
     )
-    from executor.history import check_manifest_records, check_older_manifests
+    from executor.history import check_later_agrees, check_manifest_records, check_older_manifests
     from executor.planning import check_run_model
     from pipeplan.costmodel import check_priced_clusters
     from pipeplan.formats import check_priced_profiles, read_records
@@ -864,6 +874,11 @@ def _export(
     manifest, weights, _, _ = load_checkpoint(path) if path else load_latest(run_dir, "export")
     # data.json as the checkpoint saw it: a helper's entry deleted by hand passed `check_data`.
     check_data_kept(run_dir, manifest, manifest_path(run_dir, manifest))
+    if path is not None and (newest := _newest_kept(run_dir)) and newest.step > manifest.step:
+        # An older checkpoint's config.epochs above a later one's is its manifest's edit,
+        # named as report, calibrate and resume name it: it was blamed on run.json, which
+        # agrees with the later one (the sixty-fourth round).
+        check_later_agrees(manifest, newest, run_dir)
     # run.json edited since (dropout, seq_len, precision…) would build another model around
     # the weights: refused as a resume refuses it.
     check_trained_with(manifest, cfg, run_dir / "run.json")

@@ -60,6 +60,7 @@ from pipeplan.formats import (
     Profile,
     RankTimes,
     RunConfig,
+    StagePlan,
     StepRecord,
     check_run_profile,
     dumps,
@@ -213,7 +214,7 @@ def observe(
                 filling = f"phase {phase.phase}: {len(own) - len(settled)} of its {len(own)}"
             # A step measured at zero time on a rank that computes is not a measurement.
             after_warmup = settled[WARMUP_STEPS_PER_PHASE:]
-            reasons = [unmeasured(s, phase.layout) for s in after_warmup]
+            reasons = [unmeasured(s, phase.layout, phase.predicted_stages) for s in after_warmup]
             mine = [s for s, why in zip(after_warmup, reasons, strict=True) if not why]
             left = [
                 f"step {s.step}: {why}" for s, why in zip(after_warmup, reasons, strict=True) if why
@@ -266,7 +267,9 @@ def measured(step: StepRecord, layout: Layout | None = None) -> bool:
     return not unmeasured(step, layout)
 
 
-def unmeasured(step: StepRecord, layout: Layout | None = None) -> str:
+def unmeasured(
+    step: StepRecord, layout: Layout | None = None, stages: list[StagePlan] | None = None
+) -> str:
     """Why the step (of a phase of `layout`) is no measurement, "" when it is one: the step
     took time, its ranks' times are measurements (`formats.run.unmeasured_times`, which the
     run format refuses: a run read back never has them), and every rank's parts add up to its
@@ -279,7 +282,7 @@ def unmeasured(step: StepRecord, layout: Layout | None = None) -> str:
     if not any(r.stage is not None for r in step.ranks):
         return "no rank has a stage: nothing computed"
     for r in step.ranks:
-        if why := unmeasured_times(r, layout):
+        if why := unmeasured_times(r, layout, stages):
             return f"rank {r.rank}: {why}"
         if not parts_add_up(r):
             parts = sum(getattr(r, name) for name in RANK_PARTS)

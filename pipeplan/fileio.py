@@ -177,6 +177,19 @@ def _name_max(folder: Path) -> int:
     return _NAME_MAX
 
 
+def same_path(a: str | Path, b: str | Path) -> bool:
+    """Whether `a` and `b` name one file or folder: as itself, through a link, or by another
+    spelling (`//tmp/x`, `x/../x`); one that is not there (any more) or cannot be read, by
+    its resolved path (`os.path.normpath` keeps POSIX's leading `//`).
+
+        same_path("/tmp/x", "//tmp/x")   # True
+    """
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # absent or unreadable: its own reader says so
+        return Path(a).resolve() == Path(b).resolve()
+
+
 def check_distinct(paths: Iterable[str | Path], what: str) -> None:
     """The same folder given twice (as itself, through a link, or by another spelling) is
     refused, naming it: `calibrate RUN RUN` fitted every step twice and `report RUN
@@ -187,11 +200,7 @@ def check_distinct(paths: Iterable[str | Path], what: str) -> None:
     seen: list[Path] = []
     for path in map(Path, paths):
         for earlier in seen:
-            try:
-                same = os.path.samefile(earlier, path)
-            except OSError:  # absent or unreadable: its own reader says so
-                same = earlier.resolve() == path.resolve()
-            if same:
+            if same_path(earlier, path):
                 spelled = "twice" if str(earlier) == str(path) else f"as {earlier} too"
                 raise BadArgumentError(f"{path}: the same {what} given {spelled}")
         seen.append(path)

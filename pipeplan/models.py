@@ -2097,8 +2097,32 @@ def _check_finite(model: nn.Module, source: _Source) -> None:
     for name, tensor in stored.items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise InputFileError(
-                f"{source.directory}: {source.weights} holds NaN or infinite values in {name}"
+                f"{source.directory}: {source.weights} holds NaN or infinite values in "
+                f"{_tensor_name(_file_key(model, name))}"
             )
+
+
+def _file_key(model: nn.Module, key: str) -> str:
+    """The loaded `model`'s tensor `key` as its weight file names it: transformers 5 renames
+    some families' tensors as it loads and reports the model's names (a ViT or DeiT file's
+    `vit.encoder.layer.3.attention.output.dense.weight` is the model's
+    `vit.layers.3.attention.o_proj.weight`). Found by the sixty-fourth round: refusals named
+    tensors that are not in the file. The loading's own renamings, reversed, in reverse order
+    (as transformers' `revert_weight_conversion` saves); a model loaded without any, or a
+    transformers without them, keeps its names.
+
+        _file_key(vit, "vit.layers.0.mlp.fc1.weight")
+        # "vit.encoder.layer.0.intermediate.dense.weight"
+    """
+    conversions = getattr(model, "_weight_conversions", None)
+    if not conversions:
+        return key
+    try:
+        from transformers.core_model_loading import WeightRenaming, apply_renamings
+    except ImportError:  # private API: it may move
+        return key
+    reverse = [c.reverse_transform() for c in conversions[::-1]]
+    return apply_renamings(key, [c for c in reverse if isinstance(c, WeightRenaming)])
 
 
 def _check_loaded(
@@ -2113,7 +2137,7 @@ def _check_loaded(
     by the build): a fresh head and one warning. Anything else lacking or misshapen, the
     pooler and final norm too, means the checkpoint is not of this model: using it would
     silently train from noise."""
-    unused = _unused_body_weights(loading, seq.hf_model)
+    unused = [_file_key(seq.hf_model, k) for k in _unused_body_weights(loading, seq.hf_model)]
     if unused:
         raise InputFileError(
             f"{source.directory}: {source.weights} holds {len(unused)} weights of the "
@@ -2126,10 +2150,10 @@ def _check_loaded(
     missing = set(loading.get("missing_keys", ()))
     body = sorted(k for k in missing if fresh(k) is False)
     if body:
+        first = _tensor_name(_file_key(seq.hf_model, body[0]))
         raise InputFileError(
             f"{source.directory}: {source.weights} lacks {len(body)} weights outside the task "
-            f"head (e.g. {_tensor_name(body[0])}); is it a {source.family} checkpoint of this "
-            "config?"
+            f"head (e.g. {first}); is it a {source.family} checkpoint of this config?"
         )
     lacking = sorted(k for k in missing if fresh(k))
     other_size = sorted({_mismatch(entry)[0] for entry in loading.get("mismatched_keys", ())})
@@ -2138,12 +2162,15 @@ def _check_loaded(
         if other_classes is not None:
             log.warning(f"{source.directory}: {other_classes}; {fresh_rows}")
         return
+
+    def names(keys: list[str]) -> str:  # as the file names them (`_file_key`)
+        return ", ".join(_tensor_name(_file_key(seq.hf_model, k)) for k in keys)
+
     why = "; ".join(
         part
         for part in (
-            lacking and f"no {', '.join(map(_tensor_name, lacking))}",
-            other_size
-            and f"{', '.join(map(_tensor_name, other_size))} sized for another number of labels",
+            lacking and f"no {names(lacking)}",
+            other_size and f"{names(other_size)} sized for another number of labels",
         )
         if part
     )
@@ -2156,7 +2183,7 @@ def _check_loaded(
         log.warning(
             f"{source.directory}: the checkpoint holds part of the head for this task ({why}): "
             f"those start from random weights (seed {seed}); "
-            f"{', '.join(map(_tensor_name, kept))} ({seq.num_labels} outputs) are the checkpoint's"
+            f"{names(kept)} ({seq.num_labels} outputs) are the checkpoint's"
         )
         return
     log.warning(
@@ -2180,7 +2207,8 @@ def _check_shapes(loading: dict[str, Any], seq: LayerSequence, source: _Source) 
                 f" of shape {list(stored)} but the model of config.json expects {list(expected)}"
             )
         raise InputFileError(
-            f"{source.directory}: {source.weights} holds {_tensor_name(key)}{shapes}; the file is "
+            f"{source.directory}: {source.weights} holds "
+            f"{_tensor_name(_file_key(seq.hf_model, key))}{shapes}; the file is "
             "damaged or of another model"
         )
 

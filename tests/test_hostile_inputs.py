@@ -692,6 +692,11 @@ CALIBRATION17 = {
         with_path(CALIBRATED, ("calibration", "runs"), ["runs/a", "./runs/a/"]),
         ("'calibration'", "runs names 'runs/a' twice: a calibration is fitted from distinct"),
     ),
+    # Sixty-fourth round: normpath kept POSIX's leading //, which calibrate reads as one run.
+    "a run named twice by //": (
+        with_path(CALIBRATED, ("calibration", "runs"), ["/nowhere/a", "//nowhere/a"]),
+        ("'calibration'", "runs names '/nowhere/a' twice: a calibration is fitted from distinct"),
+    ),
     "a median residual above the worst": (
         with_path(CALIBRATED, ("calibration", "residual_median"), 0.5),
         ("'calibration'", "residual_median 0.5 is above residual_max 0.04"),
@@ -744,19 +749,44 @@ CALIBRATION61 = {
             ("calibration", "residual_max"),
             1.46,
         ),
-        ("'calibration'", "residual_median 1.46 is past 50%, the most median step-time error"),
+        (
+            "invalid profile",
+            "'calibration'",
+            "residual_median 1.46 is past 50%, the most median step-time error",
+        ),
     ),
     "10^300 steps fitted": (
         with_path(CALIBRATED, ("calibration", "steps_used"), 10**300),
-        ("'calibration'", "steps_used 1000", "is above 16777216, the most steps the run.jsonl"),
+        (
+            "invalid profile",
+            "'calibration'",
+            "steps_used 1000",
+            "is above 16777216, the most steps the run.jsonl",
+        ),
     ),
     "10^20 phases fitted": (
         with_path(CALIBRATED, ("calibration", "phases_used"), 10**20),
-        ("'calibration'", "phases_used 100000000000000000000 is above 8388608, the most phases"),
+        (
+            "invalid profile",
+            "'calibration'",
+            "phases_used 100000000000000000000 is above 8388608, the most phases",
+        ),
     ),
     "a run named by nothing": (
         with_path(CALIBRATED, ("calibration", "runs"), ["runs/a", ""]),
-        ("'calibration'", "runs[1] is empty: calibrate names each run directory it read"),
+        (
+            "invalid profile",
+            "'calibration'",
+            "runs[1] is empty: calibrate names each run directory it read",
+        ),
+    ),
+    # Sixty-fourth round: a 2-device step priced at 3.2e6 s, and plan wrote it.
+    "1 s per byte of optimizer": (
+        with_path(CALIBRATED, ("calibration", "optimizer_s_per_byte"), 1.0),
+        (
+            "profile: calibration.optimizer_s_per_byte 1.0 prices the optimizer step of the",
+            "s, more than the 1e+06 s any timed operation takes",
+        ),
     ),
 }
 
@@ -766,9 +796,11 @@ def test_a_calibration_calibrate_would_not_write_is_refused(tmp_path, capsys, ca
     """Found by the sixty-first round: a calibration with a median error of 146 % (which
     calibrate refuses to write, past MAX_FIT_ERROR), 10^300 steps or 10^20 phases fitted
     (more than the runs' run.jsonl, at most 1 GiB each, can hold), or a run named by an empty
-    path was planned with, exit 0. Each is refused, naming the field."""
+    path was planned with, exit 0. Found by the sixty-fourth round: an optimizer_s_per_byte of
+    1 s (bounded by 1 s alone) priced a step at 3.2e6 s, above MAX_SECONDS; the optimizer
+    step of a stage holding every layer is held to it. Each is refused, naming the field."""
     doc, fragments = CALIBRATION61[case]
-    plan_refuses_profile(doc, ("profile.json: invalid profile", *fragments), tmp_path, capsys)
+    plan_refuses_profile(doc, ("profile.json: ", *fragments), tmp_path, capsys)
 
 
 def _without(doc: dict, path: tuple) -> dict:
@@ -2342,6 +2374,41 @@ def test_only_the_task_heads_tensors_start_fresh(tmp_path, capsys, case):
     capsys.readouterr()
     fragment = (f"{model}: model.safetensors {said}", name)
     refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, fragment)
+
+
+# (damage, the file's tensor of the 1-block checkpoint, what the one line says of it); the
+# model's names are vit.layers.0.attention.o_proj.weight, vit.layers.0.mlp.fc1.weight.
+RENAMED_ON_LOADING = {
+    "missing": ("encoder.layer.0.attention.output.dense.weight", "lacks 1 weights outside"),
+    "nan": ("encoder.layer.0.intermediate.dense.weight", "holds NaN or infinite values in"),
+    "extra": ("encoder.layer.1.attention.attention.query.bias", "holds 1 weights of the"),
+}
+
+
+@pytest.mark.parametrize("family", ["vit", "deit"])
+@pytest.mark.parametrize("damage", RENAMED_ON_LOADING)
+def test_a_weight_files_refusal_names_the_files_tensor(tmp_path, family, damage):
+    """Found by the sixty-fourth round: transformers 5 loads a ViT file's
+    vit.encoder.layer.N.attention.output.dense.weight into vit.layers.N.attention.o_proj, and
+    a tensor missing, extra or holding NaN was named by the model's name, which the file
+    does not hold. Each line now names the file's own tensor."""
+    from safetensors.torch import load_file, save_file
+
+    name, said = RENAMED_ON_LOADING[damage]
+    model = _family_checkpoint(tmp_path / "model", family)
+    tensors = load_file(model / "model.safetensors")
+    key = f"{family}.{name}"
+    if damage == "missing":
+        del tensors[key]
+    elif damage == "nan":
+        tensors[key][0, 0] = math.nan
+    else:
+        tensors[key] = torch.zeros(32)
+    save_file(tensors, model / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(InputFileError) as refusal:
+        models.build(str(model), task="classification")
+    assert f"model.safetensors {said}" in str(refusal.value)
+    assert key in str(refusal.value), str(refusal.value)
 
 
 def test_the_label_sized_tensors_are_each_familys_output_projection():

@@ -223,6 +223,7 @@ def _commands(run: Path, tmp_path: Path) -> dict[str, list[str]]:
         ],
         "export": ["export", str(run), "--out", str(tmp_path / "out")],
         "resume": ["run", "--resume", str(run), *MORE],
+        "export step-2": ["export", str(run), "--checkpoint", "step-2", "--out", f"{tmp_path}/out"],
     }
 
 
@@ -329,7 +330,7 @@ OLDER_RUN_FIELDS = {
     + [(c, "an active layer's sum left out") for c in ("export", "resume")]
     + [(c, "a step_in_epoch its records contradict") for c in ("report", "export", "resume")]
     + [(c, "fewer steps summed than its position") for c in ("report", "export")]
-    + [("report", "more epochs than the later checkpoint")],
+    + [(c, "more epochs than the later checkpoint") for c in ("report", "export step-2")],
 )
 def test_every_command_holds_every_field_of_an_older_manifest_to_the_run(
     mid_epoch_run, tmp_path, capsys, command, case
@@ -341,7 +342,10 @@ def test_every_command_holds_every_field_of_an_older_manifest_to_the_run(
     without an active layer, a step_in_epoch its records contradict, and config.epochs above
     the later checkpoint's passed as well. Each kept manifest is held to what the run and its
     records say, and (export and resume, which build it, after the records) its model, as
-    the latest is: one line naming its manifest.json, its records' word first alike."""
+    the latest is: one line naming its manifest.json, its records' word first alike.
+    Found by the sixty-fourth round: `export --checkpoint step-2` blamed that config.epochs
+    on the unedited run.json ("epochs is 1 but checkpoint step-2 was trained with 5"), which
+    agrees with the later checkpoint: the manifest is named, as the other commands name it."""
     run = copy_run(mid_epoch_run, tmp_path)
     path = run / "checkpoints" / "step-2" / "manifest.json"
     assert (run / "checkpoints" / "latest").read_text() == "step-3\n"

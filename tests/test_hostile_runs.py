@@ -1889,11 +1889,17 @@ def _replica_allreduce_of_0(lines: list[dict]) -> tuple[int, str]:
 
 def _optimizer_of_0(lines: list[dict]) -> tuple[int, str]:
     i = _moved_to_wait(lines, "optimizer_s", 0.0)
-    return i, "rank 0: optimizer_s 0.0, but stage 0 of the phase's 1x2 trains"
+    return i, "rank 0: optimizer_s 0.0, but stage 0 of the phase's 1x2 M=1 1f1b"
+
+
+def _forward_of_a_nanosecond(lines: list[dict]) -> tuple[int, str]:
+    i = _moved_to_wait(lines, "fwd_s", 1e-9)
+    return i, "× faster than the phase's predicted forward of stage 0 for one micro-batch"
 
 
 UNMEASURED = [
     _forward_of_0,
+    _forward_of_a_nanosecond,
     _backward_of_0,
     _part_below_a_nanosecond,
     _replica_allreduce_of_0,
@@ -1916,8 +1922,13 @@ def test_times_no_timer_could_record_are_refused(tmp_path, capsys, command, dama
     with trainable parameters measured a step" (its time went into the step overhead,
     +53 %). The executor times
     each as a span of the step's clock: refused, naming the step, the rank and the time, by
-    the rule calibrate leaves steps out by (`formats.run.unmeasured_times`)."""
+    the rule calibrate leaves steps out by (`formats.run.unmeasured_times`). Found by the
+    sixty-fourth round: a forward of exactly 1 ns (the floor) on every rank was reported, and
+    calibrate blamed the run's own profile ("likely of another device"); a forward 10^6 times
+    faster than its phase predicted for one micro-batch is refused as no measurement."""
     run, argv = _readable(tmp_path, command)
+    if damage is _forward_of_a_nanosecond and command == "calibrate":
+        _predicted(run)  # what a run records: calibrate's own records predict nothing
     refused(argv, tmp_path, capsys, _damaged(run, damage))
 
 

@@ -4,7 +4,6 @@ the corrections `pipeplan calibrate` fitted on top (docs/architecture.md §3).""
 from __future__ import annotations
 
 import itertools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -12,11 +11,13 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, field_validator, model_serializer, model_validator
 
 from pipeplan.errors import InputFileError, quoted, reason
+from pipeplan.fileio import same_path
 from pipeplan.formats.base import (
     CONFIG_LIMIT,
     MAX_CONFIG_BYTES,
     MAX_COUNT,
     MAX_FILE_BYTES,
+    MAX_SECONDS,
     Bandwidth,
     Bytes,
     Count,
@@ -706,13 +707,16 @@ class Calibration(Strict):
                 f"phases_used {quoted(self.phases_used, 40)} is above {most // kept}, the most "
                 f"phases of at least {kept} steady steps {records}"
             )
-        # calibrate refuses a run given twice; written twice by hand, its phases count twice.
-        spelled = [os.path.normpath(run) for run in self.runs]
-        if len(set(spelled)) < len(spelled):
-            twice = next(run for i, run in enumerate(spelled) if run in spelled[:i])
-            raise ValueError(
-                f"runs names {quoted(twice)} twice: a calibration is fitted from distinct runs"
-            )
+        # calibrate refuses a run given twice (`fileio.check_distinct`, by the same rule: a
+        # `//tmp/x` beside `/tmp/x`, or a link, passed here; the sixty-fourth round); written
+        # twice by hand, its phases count twice.
+        for i, run in enumerate(self.runs):
+            for earlier in self.runs[:i]:
+                if same_path(earlier, run):
+                    raise ValueError(
+                        f"runs names {quoted(earlier)} twice: a calibration is fitted from "
+                        "distinct runs"
+                    )
         if self.shapes is not None:
             pairs = [(shape.stages, shape.replicas) for shape in self.shapes]
             if not pairs or pairs != sorted(set(pairs)):
@@ -929,6 +933,23 @@ class Profile(Versioned):
                     f"calibration.shapes: {shape.label()} has {shape.stages} stages but the "
                     f"model has {len(self.layers)} layers: no phase of it ran that shape"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _optimizer_within_bounds(self) -> Profile:
+        """A calibration's optimizer_s_per_byte prices the optimizer step of a stage holding
+        every layer (a layout any plan may choose) within MAX_SECONDS, the bound of every
+        time a run measures, optimizer_s too: the sixty-fourth round's 1 s per byte (the
+        fit said 1.16e-8) priced a 2-device step at 3.2e6 s, and plan wrote it."""
+        rate = self.calibration.optimizer_s_per_byte if self.calibration is not None else None
+        total = sum(layer.param_bytes for layer in self.layers)
+        if rate is not None and rate * total > MAX_SECONDS:
+            raise ValueError(
+                f"calibration.optimizer_s_per_byte {rate!r} prices the optimizer step of the "
+                f"model's {total:,} parameter bytes at {rate * total:.3g} s, more than the "
+                f"{MAX_SECONDS:g} s any timed operation takes; calibrate fits it from the runs' "
+                "optimizer_s"
+            )
         return self
 
     @model_validator(mode="after")

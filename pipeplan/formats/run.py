@@ -1790,7 +1790,7 @@ def _check_ranks(
             "which no timer resolves"
         )
     for times in step.ranks:
-        if why := unmeasured_times(times, layout):
+        if why := unmeasured_times(times, layout, phase.predicted_stages):
             raise InputFileError(f"{where}: step {step.step}: rank {times.rank}: {why}")
 
 
@@ -1838,7 +1838,17 @@ CPU_PARTS_TOLERANCE_REL = 1e-9
 CPU_PARTS = ("input_s", *RANK_PARTS[:-1])  # in calibrate's order (`calibrate.RANK_PARTS`)
 
 
-def unmeasured_times(times: RankTimes, layout: Layout | None = None) -> str:
+# How many times faster than its phase's prediction of one micro-batch a stage's whole forward
+# in a step may be: no device is 10^6 times faster than the one a profile measured (a
+# 1-thread CPU's profile of a GPU's run is ~10^3 off; calibrate fits 10^3, `MIN_SCALE`).
+# Forwards of 1 ns for 5 ViT layers on 32 samples were reported, and calibrate blamed the
+# run's own profile ("likely of another device"; the sixty-fourth round).
+IMPOSSIBLY_FASTER = 1e6
+
+
+def unmeasured_times(
+    times: RankTimes, layout: Layout | None = None, stages: list[StagePlan] | None = None
+) -> str:
     """Why a rank's times in a step are no measurement, "" when they are one: each is 0 or at
     least MIN_MEASURED_S (no timer resolves less), and a rank with a stage computes its forward;
     with the phase's `layout`, a stage that trains (from `forward_only_stages` on, each holding
@@ -1846,9 +1856,11 @@ def unmeasured_times(times: RankTimes, layout: Layout | None = None) -> str:
     gradients' all-reduce. The executor times every stage's forward, every trained stage's
     backward, optimizer step and all-reduce as spans of the step's clock
     (`executor.parallel.PhaseRuntime.step`), so they take time; a rank outside the layout times
-    nothing but its input. The format refuses what this names, so calibrate
-    (`calibrate.unmeasured`) never fits it: steps of a rank whose forward and backward read 0
-    were reported, and calibrate left them out without a word (the sixty-third round).
+    nothing but its input. With the phase's predicted `stages`, a forward IMPOSSIBLY_FASTER
+    than its stage's predicted micro-batch is none either. The format refuses what this
+    names, so calibrate (`calibrate.unmeasured`) never fits it: steps of a rank whose forward
+    and backward read 0 were reported, and calibrate left them out without a word (the
+    sixty-third round).
 
         unmeasured_times(times, layout)   # "fwd_s 0.0, but stage 1 computes a forward …"
     """
@@ -1859,6 +1871,15 @@ def unmeasured_times(times: RankTimes, layout: Layout | None = None) -> str:
         return ""
     if times.fwd_s == 0:
         return f"fwd_s 0.0, but stage {times.stage} computes a forward every step"
+    if stages is not None and times.stage < len(stages):
+        predicted = stages[times.stage].fwd_s
+        if times.fwd_s * IMPOSSIBLY_FASTER < predicted:
+            return (
+                f"fwd_s {times.fwd_s!r} is {predicted / times.fwd_s:,.0f}× faster than the "
+                f"phase's predicted forward of stage {times.stage} for one micro-batch "
+                f"({predicted:.6g} s): no device is {IMPOSSIBLY_FASTER:g} times faster than "
+                "the profile's"
+            )
     if layout is None or times.stage < layout.forward_only_stages:
         return ""
     if times.bwd_s == 0:
