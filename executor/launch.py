@@ -607,6 +607,8 @@ def check_run(
         where = cfg.plan if resumed is None else resumed[0] / RUN_PLAN
         check_plan_nodes(planner.plan, where, nodes, cfg.nproc)
     planner.check(seq)
+    if resumed is None and (links := planner.links_warning(seq)) is not None:
+        log.warning("%s", links)  # held until the run is prepared (`prepare`)
     if resumed is not None:  # last: the checks above say more about a value that cannot run
         check_trained_with(resumed[1], cfg, resumed[0] / "run.json")
     return planner, facts

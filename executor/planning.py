@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
 from pipeplan import freeze, models
-from pipeplan.cluster import HostRanks, format_bytes, rank_memory, run_cluster
+from pipeplan.cluster import (
+    HostRanks,
+    default_links,
+    default_links_warning,
+    format_bytes,
+    rank_memory,
+    run_cluster,
+)
 from pipeplan.costmodel import CostModel, check_profile
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.fileio import CALIBRATION_FILE, write_atomic
@@ -338,6 +345,24 @@ class RunPlanner:
         if self.plan is not None:
             return self.plan.inputs.cluster
         return run_cluster(self.config, self.profile, self.host)
+
+    def links_warning(self, seq: LayerSequence) -> str | None:
+        """Where a run without a plan prices its ranks' links on the format's defaults (its
+        profile measured none: `cluster.default_links`), one line saying so and how to
+        measure them for the input `seq` takes; else None (one rank in a node, a plan's
+        links, measured or calibrated ones)."""
+        cfg = self.config
+        if self.plan is not None or self.cluster.devices_per_node == 1:
+            return None
+        ranks = self.cluster.devices_per_node
+        links = default_links(self.profile, [(ranks, 1), (1, ranks)])
+        if not links:
+            return None
+        measure = (
+            f"measure them: `pipeplan profile {cfg.model}{_profile_flags(seq, cfg)} --out "
+            f"P.json --nproc {ranks}`, and pass --profile P.json"
+        )
+        return default_links_warning(_profile_named(cfg), links, measure)
 
     def check(self, seq: LayerSequence | None = None) -> None:
         """Fail before any process starts if the profile was measured for another input than

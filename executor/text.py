@@ -599,7 +599,10 @@ def _label(value: Any, where: str, cell: bool) -> int | str | None:
             return value.strip()
         if why != NAMES_NOTHING:
             raise InputFileError(f"{where}: the label {why}")
-    raise InputFileError(f"{where}: a label is an integer ≥ 0 or a name, not {value!r}")
+    # Spelled as the file writes it: a JSON `true` was shown as Python's True (the sixty-fourth
+    # round); a CSV cell is text, quoted.
+    shown = quoted(value) if cell else excerpt(json.dumps(value))
+    raise InputFileError(f"{where}: a label is an integer ≥ 0 or a name, not {shown}")
 
 
 def _canonical_integer(text: str) -> bool:

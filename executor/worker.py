@@ -1696,7 +1696,8 @@ def epoch_line(record: EpochRecord, epochs: int, layout: str) -> str:
     line = (
         f"epoch {record.epoch + 1}/{epochs}: train loss {number(record.train_loss, '.4f')}, "
         f"held-out loss {number(record.eval_loss, '.4f')}, accuracy {accuracy}, "
-        f"{record.samples_per_s:.0f} samples/s, {record.frozen_layers} layers frozen, {layout}"
+        f"{record.samples_per_s:.0f} samples/s, {record.frozen_layers} "
+        f"layer{'s' * (record.frozen_layers != 1)} frozen, {layout}"
     )
     if record.forecast is not None:
         cases = record.forecast.cases

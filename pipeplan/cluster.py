@@ -286,6 +286,40 @@ def profiled_links(profile: Profile | None) -> tuple[Link, Link | None]:
     )
 
 
+def default_links(profile: Profile, shapes: list[tuple[int, int]]) -> list[str]:
+    """The in-node links ("p2p", "all-reduce") that layouts of `shapes` (stages, replicas)
+    use (a pipeline's p2p, replicas' all-reduce) and price on the format's defaults, a GPU's:
+    `profile` measured no links (no `comm`: profiled without --nproc) and no calibration
+    fitted them. For a cluster whose in-node links no flag or file gave.
+
+        default_links(profile, [(1, 2)])   # ["all-reduce"] for a profile without comm
+    """
+    if profile.comm is not None:
+        return []
+    calibration = profile.calibration
+    fitted = {
+        "p2p": calibration and calibration.p2p,
+        "all-reduce": calibration and calibration.allreduce,
+    }
+    used = {"p2p": any(s > 1 for s, _ in shapes), "all-reduce": any(d > 1 for _, d in shapes)}
+    return [name for name in fitted if used[name] and fitted[name] is None]
+
+
+def default_links_warning(profile: str, links: list[str], measure: str) -> str:
+    """The `pipeplan: WARNING:` line for `default_links`: `profile` names the profile,
+    `measure` says how to measure the links. Found by the sixty-fourth round: a run on 2 CPU
+    ranks from the README's profile (no --nproc) priced its all-reduce on a GPU's link, 17 µs
+    for 10-17 ms measured, and nothing said so."""
+    link = profiled_links(None)[0]
+    return (
+        f"{profile} measured no links (no comm: profiled without --nproc): the "
+        f"{' and '.join(links)} between ranks {'are' if len(links) > 1 else 'is'} priced on the "
+        "format's default in-node link, "
+        f"{link.latency_s * 1e6:.0f} µs + {format_bandwidth(link.bandwidth_bytes_per_s)} (a "
+        f"GPU's), not this machine's; {measure}"
+    )
+
+
 def run_cluster(config: RunConfig, profile: Profile, host: HostRanks | None = None) -> Cluster:
     """The cluster a run without a plan plans for: its ranks on the nodes they run on
     (`host.nodes`, each with an equal share of --nproc: one node for a local run; torchrun's

@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from pipeplan.cluster import cluster_from_flags, format_bandwidth
+from pipeplan.cluster import (
+    cluster_from_flags,
+    default_links,
+    default_links_warning,
+    format_bandwidth,
+)
 from pipeplan.errors import BadArgumentError, quoted
 from pipeplan.formats import (
     Cluster,
@@ -365,6 +370,7 @@ class PlanRequest(Strict):
             pins,
             later,
             self._links_given(),
+            self.profile,
         )
 
     def _links_given(self) -> str | None:
@@ -438,16 +444,35 @@ class PlanArgs:
     pins: Pins
     later: FreezeSchedule | None = None  # auto: the band's later case (preview only)
     links_given: str | None = None  # what gave the in-node links (`_links_given`)
+    profile_file: str = "the profile"  # --profile, in messages
 
     def warn(self, plan: Plan) -> None:
-        """`pipeplan: WARNING:` `links_warning()` and `shapes_warning(plan)`, where there are
-        any: once the command's work is done (a warning before an error line is not one line).
+        """`pipeplan: WARNING:` `links_warning()`, `default_links_warning(plan)` and
+        `shapes_warning(plan)`, where there are any: once the command's work is done (a
+        warning before an error line is not one line).
 
             args.warn(make_plan(args.profile, args.cluster, **args.kwargs()))
         """
-        for warning in (self.links_warning(), self.shapes_warning(plan)):
+        said = (self.links_warning(), self.default_links_warning(plan), self.shapes_warning(plan))
+        for warning in said:
             if warning:
                 logging.getLogger("pipeplan.plan").warning(warning)
+
+    def default_links_warning(self, plan: Plan) -> str | None:
+        """Where the plan's layouts of several ranks in a node are priced on the format's
+        default in-node links (`cluster.default_links`: the profile measured none, and no
+        --intra-bw or cluster file gave them), one line saying so; else None."""
+        if self.links_given is not None or self.cluster.devices_per_node == 1:
+            return None
+        shapes = [(p.layout.num_stages, p.layout.replicas) for p in plan.phases]
+        links = default_links(self.profile, shapes)
+        if not links:
+            return None
+        measure = (
+            f"measure them with `pipeplan profile … --nproc {self.cluster.devices_per_node}` "
+            "on the devices, or give --intra-bw"
+        )
+        return default_links_warning(self.profile_file, links, measure)
 
     def shapes_warning(self, plan: Plan) -> str | None:
         """Where the plan's phases have a (stages, replicas) shape that none of the phases a

@@ -296,3 +296,19 @@ def rank_processes(run_dir: Path) -> dict[int, int]:
         except (OSError, ValueError, KeyError, UnicodeDecodeError):
             continue
     return found
+
+
+def with_links(path: Path) -> Path:
+    """`path`, a profile `pipeplan profile` wrote without --nproc (quicker), given the links
+    the shipped bert-tiny CPU profile measured (`comm`), as `--nproc 2` adds them: a run of 2
+    ranks on it prices measured links, and does not warn that they are a GPU's defaults (the
+    sixty-fourth round's warning), as the tests reading its lines expect.
+
+        profile = with_links(tmp_path / "p.json")
+    """
+    from executor.planning import shipped_profile
+    from pipeplan.formats import Profile, dumps, load
+
+    comm = load(Profile, shipped_profile("bert-tiny", "cpu")).comm
+    path.write_text(dumps(load(Profile, path).model_copy(update={"comm": comm})))
+    return path

@@ -517,6 +517,70 @@ def test_a_flag_left_out_takes_the_plan_s_or_profile_s_value(tmp_path, capsys, m
     assert "bf16 precision, classification, but this run feeds" in capsys.readouterr().err
 
 
+def _unmeasured_links(tmp_path: Path) -> str:
+    """The shipped vit-digits profile as `pipeplan profile` without --nproc writes it: no
+    measured links (`comm`)."""
+    profile = load(Profile, shipped_profile("vit-digits", "cpu"))
+    path = tmp_path / "no-links.json"
+    path.write_text(dumps(profile.model_copy(update={"comm": None})))
+    return str(path)
+
+
+UNMEASURED = "measured no links (no comm: profiled without --nproc): the "
+
+
+@pytest.mark.parametrize(
+    "flags, warned",
+    [
+        ([], True),
+        (["--intra-bw", "1GB/s"], False),  # the user's link
+        (["--devices-per-node", "1", "--nodes", "2"], False),  # no in-node link
+        (["--shipped"], False),  # measured links
+    ],
+)
+def test_a_plan_on_a_profile_without_links_says_its_ranks_are_priced_on_a_gpus(
+    tmp_path, capsys, flags, warned
+):
+    """Found by the sixty-fourth round: a profile made without --nproc (the README's own
+    Fine-tuning command) has no measured links, and plan, preview and run priced the links of
+    several ranks on the format's default (a GPU's, 15.75 GB/s, 5 µs: a CPU gloo all-reduce
+    of 10-17 ms was predicted at 17 µs) without a word. Now one warning line says so and how
+    to measure them, unless --intra-bw or a cluster file describes them."""
+    profile = _unmeasured_links(tmp_path)
+    if flags == ["--shipped"]:
+        profile, flags = str(shipped_profile("vit-digits", "cpu")), []
+    args = ["preview", "--profile", profile, "--device-memory", "1GiB", "--global-batch", "64"]
+    if "--devices-per-node" not in flags:
+        flags = [*flags, "--devices-per-node", "2"]
+    assert cli.main([*args, "--samples", "2000", "--epochs", "3", "--json", *flags]) == 0
+    err = capsys.readouterr().err.splitlines()
+    if not warned:
+        assert err == []
+        return
+    assert len(err) == 1 and err[0].startswith(f"pipeplan: WARNING: {profile} {UNMEASURED}")
+    assert "default in-node link, 5 µs + 15.75GB/s (a GPU's)" in err[0]
+    assert err[0].endswith("`pipeplan profile … --nproc 2` on the devices, or give --intra-bw")
+
+
+def test_a_run_on_a_profile_without_links_says_how_to_measure_them(tmp_path, capsys):
+    """The run's side of the test above: `run --nproc 2` warns once it is prepared, naming the
+    command that measures the links for its input; not on one rank, and not before the line
+    of a run refused (its name taken)."""
+    profile = _unmeasured_links(tmp_path)
+    run = ["run", "--model", "vit-digits", "--profile", profile, "--prepare-only"]
+    run += ["--runs-dir", str(tmp_path / "runs"), "--name"]
+    assert cli.main([*run, "a", "--nproc", "2"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"pipeplan: WARNING: {profile} {UNMEASURED}"), err
+    assert err[0].endswith("--out P.json --nproc 2`, and pass --profile P.json")
+    assert "`pipeplan profile vit-digits " in err[0]
+    assert cli.main([*run, "a", "--nproc", "2"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("pipeplan: error: ") and "already holds a run" in line
+    assert cli.main([*run, "b", "--nproc", "1"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_run_help_and_schema_say_a_precision_left_out_is_the_profiles(capsys, monkeypatch):
     """Found by the sixty-first round: `run --help` and `pipeplan schema run` said --precision
     defaults to fp32, while a run of a bf16 --profile without it trained in bf16 (above), as

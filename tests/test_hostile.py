@@ -3407,6 +3407,88 @@ def test_the_rope_parameters_read_are_transformers_and_others_are_refused():
         rope_log.removeHandler(handler)
 
 
+def test_a_rope_parameter_transformers_requires_is_named_as_the_file_writes_it():
+    """Found by the sixty-fourth round: `"rope_scaling": {"rope_type": "yarn"}` was refused
+    with transformers' KeyError naming `rope_parameters`, a key the file does not have. For
+    each RoPE type, each of its parameters left out: transformers' config class raises its
+    KeyError exactly where `rope_problem` names the missing key, under the file's key."""
+    import transformers
+
+    from pipeplan.formats.modelconfig import ROPE_KEYS, ROPE_TYPES, rope_problem
+
+    values = {
+        "factor": 2.0, "original_max_position_embeddings": 64, "short_factor": [1.0] * 4,
+        "long_factor": [2.0] * 4, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "attention_factor": 1.0, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+        "mscale_all_dim": 0.0, "truncate": True,
+    }  # fmt: skip
+    sizes = {k: v for k, v in LLAMA_CONFIG.items() if k != "model_type"}  # heads of 16: 8
+    sizes |= {"max_position_embeddings": 128}
+    for kind in ROPE_TYPES:
+        full = {"rope_type": kind, "rope_theta": 10000.0}
+        full |= {name: values[name] for name in ROPE_KEYS[kind]}
+        for left_out in ROPE_KEYS[kind]:
+            rope = {k: v for k, v in full.items() if k != left_out}
+            try:
+                transformers.LlamaConfig(**sizes, rope_scaling=dict(rope))
+                raised = False
+            except KeyError:
+                raised = True
+            why = rope_problem({"rope_scaling": rope})
+            assert raised == (why is not None and "is missing" in why), (kind, left_out, why)
+            assert not raised or why.startswith(f"rope_scaling.{left_out} is missing; "), why
+    assert rope_problem({"rope_scaling": {"rope_type": "yarn"}}) == (
+        "rope_scaling.factor is missing; a yarn RoPE needs factor"
+    )
+
+
+@pytest.mark.parametrize(
+    "sizes, said",
+    [
+        ({"head_dim": 7}, "head_dim is 7; a RoPE rotates a head's dimensions in pairs"),
+        (
+            {"hidden_size": 30},
+            "hidden_size 30 / num_attention_heads 2 is a head of 15 dimensions; a RoPE rotates",
+        ),
+        (
+            {"hidden_size": 30, "num_attention_heads": 4, "head_dim": 8},
+            "hidden_size 30 is not a multiple of num_attention_heads 4",
+        ),
+        ({"head_dim": 3}, None),  # transformers' test models: allowed
+        ({"head_dim": 6}, None),
+        (
+            {
+                "head_dim": 7,
+                "rope_parameters": {
+                    "rope_type": "proportional",
+                    "rope_theta": 1e4,
+                    "partial_rotary_factor": 0.5,
+                },
+            },
+            None,  # a part of the head rotates: transformers rounds it up
+        ),
+    ],
+)
+def test_llama_heads_transformers_refuses_are_named_by_config_jsons_fields(sizes, said):
+    """Found by the sixty-fourth round: an odd head_dim was transformers'
+    `StrictDataclassClassValidationError` text. Each Llama head size transformers' config
+    class refuses is one line naming config.json's fields (`config_value_problem`), and only
+    those."""
+    import transformers
+
+    from pipeplan.formats.modelconfig import config_value_problem
+
+    config = {**LLAMA_CONFIG, **sizes}
+    try:
+        transformers.LlamaConfig(**{k: v for k, v in config.items() if k != "model_type"})
+        raised = False
+    except Exception:  # transformers' validation error of its dataclass
+        raised = True
+    why = config_value_problem(config, "llama")
+    assert raised == (said is not None)
+    assert why == said if said is None else why.startswith(said), why
+
+
 def test_a_proportional_rope_takes_its_factor_and_a_share_of_the_head():
     """Found by the fifty-ninth round: a proportional RoPE's `factor` was refused as a key
     transformers ignores (it divides the frequencies by it) and its partial_rotary_factor

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import with_links
 from test_hostile import copy_run, refused
 from text_data import BERT, bert_checkpoint, make_tokenizer, reviews, write_jsonl
 
@@ -51,7 +52,7 @@ def profile(model: Path, out: Path, *more: str) -> Path:
     args = ["profile", str(model), "--seq-len", "12", "--padding-mask", "--warmup", "0", *more]
     args += ["--micro-batch-sizes", "1,2,4", "--repeats", "1", "--out", str(out)]
     assert cli.main(args) == 0
-    return out
+    return with_links(out)  # measured links, as a run on 2 ranks wants them
 
 
 def prepare(made, tmp_path, data: Path, **paths: Path) -> list[str]:
@@ -3206,6 +3207,7 @@ def test_a_model_folder_naming_other_tokens_than_its_tokenizer_is_said(tmp_path,
     args = ["profile", str(folder), "--seq-len", "8", "--task", "causal-lm", "--padding-mask"]
     args += ["--warmup", "0", "--micro-batch-sizes", "1,2,4", "--repeats", "1"]
     assert cli.main([*args, "--out", str(measured)]) == 0
+    with_links(measured)  # the one warning below is the ids'
     data = f"{eos_texts(tmp_path / 't.jsonl', 5)},{eos_texts(tmp_path / 'e.jsonl', 1)}"
     capsys.readouterr()
     argv = ["run", "--prepare-only", "--model", str(folder), "--data", data, "--seq-len", "8"]

@@ -87,6 +87,15 @@ def test_the_readme_python_api_block(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "trained" / "model.safetensors").exists()
 
 
+def test_the_readme_fine_tuning_profile_measures_the_links_its_run_uses():
+    """Found by the sixty-fourth round: the Fine-tuning block profiled without --nproc, so
+    its run on 2 ranks priced their links on the format's default, a GPU's (an all-reduce of
+    10-17 ms on CPU predicted at 17 µs). Its profile now measures the run's --nproc ranks."""
+    profile, run = command("profile", "ckpt/"), command("run", "--profile ckpt.json")
+    assert "--nproc" in profile, profile
+    assert profile[profile.index("--nproc") + 1] == run[run.index("--nproc") + 1]
+
+
 def test_the_readme_says_how_the_log_and_the_files_number_epochs():
     """Found by the sixtieth round: the README showed the log line `epoch 2/3` (counted from
     1) beside `metrics.csv` "for pandas", whose epochs, like run.jsonl's, `report`'s and

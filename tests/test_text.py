@@ -495,6 +495,17 @@ def test_a_label_of_invisible_characters_only_is_refused(tmp_path, suffix, label
     _one_line(InputFileError, text.read_corpus, str(path), match=match)
 
 
+@pytest.mark.parametrize(
+    "label, shown", [(True, "true"), (False, "false"), ({"a": None}, '{"a": null}'), (-1, "-1")]
+)
+def test_a_json_label_that_is_no_label_is_shown_as_the_file_writes_it(tmp_path, label, shown):
+    """Found by the sixty-fourth round: a JSON label `true` was refused as "… not True",
+    Python's spelling of it, not the file's. Now the value is quoted in JSON."""
+    path = _labelled_file(tmp_path / "d.jsonl", ["pos", "neg", label, "neg"] * 3)
+    match = f"d.jsonl:3: a label is an integer ≥ 0 or a name, not {re.escape(shown)}$"
+    _one_line(InputFileError, text.read_corpus, str(path), match=match)
+
+
 # A label holding a character that breaks its line or reorders what follows, and its code.
 CONTROLS = {
     "right-to-left override": ("a\u202eb", "U+202E"),

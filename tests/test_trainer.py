@@ -321,6 +321,14 @@ def test_the_epoch_line_says_what_a_batch_log_needs():
     assert "held-out loss -, accuracy -" in epoch_line(_epoch(0, 0, None), 4, "1x1")
 
 
+def test_the_epoch_line_says_1_layer_frozen_not_1_layers():
+    """Found by the sixty-fourth round: the epoch line said "1 layers frozen". Now the noun
+    agrees with the count."""
+    one = _epoch(1, 1).model_copy(update={"frozen_layers": 1})
+    assert ", 1 layer frozen, 1x2" in epoch_line(one, 4, "1x2")
+    assert ", 0 layers frozen, 1x1" in epoch_line(_epoch(0, 0), 4, "1x1")
+
+
 def _phase(phase: int, stages: int) -> PhaseRecord:
     boundaries = (0, 8) if stages == 1 else (0, 4, 8)
     rank_map = ((0,), (1,)) if stages == 1 else ((0, 1),)

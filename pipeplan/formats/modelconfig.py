@@ -298,6 +298,8 @@ def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = 
         return why
     if (why := rope_problem(config)) is not None:
         return why
+    if family == "llama" and (why := heads_problem(config)) is not None:
+        return why
     if (why := switch_problem(config)) is not None:
         return why
     if (why := layer_types_problem(config)) is not None:
@@ -745,6 +747,18 @@ ROPE_KEYS = {
     # divides the frequencies by it (the fifty-ninth round: refused, yet read).
     "proportional": ("factor",),
 }  # fmt: skip
+# The parameters of each RoPE type that transformers requires and does not fill in itself
+# (rope_theta from the top level, original_max_position_embeddings from
+# max_position_embeddings). Found by the sixty-fourth round: a yarn RoPE without its factor
+# was transformers' KeyError naming `rope_parameters`, not the file's rope_scaling. A test
+# holds them to transformers'.
+ROPE_REQUIRED = {
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "yarn": ("factor",),
+    "longrope": ("short_factor", "long_factor"),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+}
 _ROPE_FACTOR = f"a RoPE scaling factor is a number in 1..{MAX_ROPE_FACTOR:,}"
 _ROPE_POSITIVE = f"a number > 0 and at most {MAX_ROPE_FACTOR:,}"
 
@@ -877,7 +891,51 @@ def _rope_parameters_problem(rope: dict[str, Any], config: dict[str, Any]) -> st
     for name in ("short_factor", "long_factor"):
         if name in rope and (why := _factor_list_problem(rope[name], config, rope)):
             return f"{name} {why}"
+    # After the values: a wrong one beside a missing one is named first (each is refused).
+    required = ROPE_REQUIRED.get(kind, ())
+    if missing := [name for name in required if name not in rope]:
+        return f"{missing[0]} is missing; a {kind} RoPE needs {_and(required)}"
     return _rope_order_problem(rope)
+
+
+def _and(names: tuple[str, ...]) -> str:
+    """("a", "b", "c") → "a, b and c"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def heads_problem(config: dict[str, Any]) -> str | None:
+    """Llama heads transformers' config class refuses, in words naming config.json's fields,
+    or None: a hidden_size that is no multiple of num_attention_heads (head_dim given or
+    not), a head whose RoPE would rotate an odd number of dimensions (above 4: its test
+    models' heads are allowed). Found by the sixty-fourth round: head_dim 7 was transformers'
+    StrictDataclassClassValidationError text.
+
+        heads_problem({"head_dim": 7})   # "head_dim is 7; a RoPE rotates …"
+    """
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    sized = type(hidden) is int and type(heads) is int and heads >= 1  # else refused elsewhere
+    if sized and hidden % heads:
+        return f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
+    head_dim, named = config.get("head_dim"), "head_dim is {}"  # as the message names it
+    if head_dim is None:
+        if not sized:
+            return None
+        head_dim = hidden // heads
+        named = f"hidden_size {hidden} / num_attention_heads {heads} is a head of {{}} dimensions"
+    share = config.get("partial_rotary_factor", 1.0)
+    for outer in ("rope_parameters", "rope_scaling"):
+        inner = config.get(outer)
+        if isinstance(inner, dict):
+            share = inner.get("partial_rotary_factor", share)
+            break
+    if type(head_dim) is not int or not _number(share) or head_dim <= 4 or head_dim % 2 == 0:
+        return None
+    if int(head_dim * share) != head_dim:  # a part of the head: transformers rounds it up
+        return None
+    return (
+        f"{named.format(head_dim)}; a RoPE rotates a head's dimensions in pairs: an even "
+        "number of them (or at most 4)"
+    )
 
 
 def _factor_list_problem(factors: Any, config: dict[str, Any], rope: dict[str, Any]) -> str | None:
