@@ -950,6 +950,7 @@ def _first_arrived(signum: int) -> int:
 
 
 _arrivals: list[int] = []  # the read end of the wakeup pipe `_watch_arrivals` set, if it did
+ARRIVALS_MIN_OPEN_FILES = 64
 
 
 def _watch_arrivals() -> None:
@@ -958,6 +959,10 @@ def _watch_arrivals() -> None:
     pipe is never full of what matters: it is read at each stop, and only the first stop is
     acted on."""
     if _arrivals or threading.current_thread() is not threading.main_thread():
+        return
+    # Under a tight open-files limit (`ulimit -n 7`) the pipe's two descriptors were the
+    # command's own: export then could not open a module it imports. There, number order.
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < ARRIVALS_MIN_OPEN_FILES:
         return
     read, write = os.pipe()
     for fd in (read, write):

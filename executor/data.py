@@ -2614,6 +2614,7 @@ RANK_VALUES = ("json._default_encoder", "json._default_decoder")
 # nothing, exit 0. tests/test_data.py checks the list against the code that changes them.
 RANK_STATE = frozenset(
     {
+        "cli._arrivals",
         "cli._debug",
         "cli._forced",
         "cli._pending",

@@ -4,6 +4,8 @@ builders."""
 
 import os
 import signal
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,16 @@ from pipeplan.startup import ignored
 for _signum in ignored():
     _default = signal.default_int_handler if _signum == signal.SIGINT else signal.SIG_DFL
     signal.signal(_signum, _default)
+
+# Bytecode in one folder of its own (PYTHONPYCACHEPREFIX), not beside the sources: a data
+# module a test writes and a run imports left __pycache__/ beside it, and every test that holds
+# its folder unchanged failed (Python writes bytecode unless PYTHONDONTWRITEBYTECODE is set,
+# as some machines set it and a user's does not). Every process of the session shares it, so
+# each compiles pipeplan's modules once.
+if not sys.flags.dont_write_bytecode and "PYTHONDONTWRITEBYTECODE" not in os.environ:
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"] = str(
+        Path(tempfile.gettempdir()) / f"pipeplan-tests-bytecode-{os.getuid()}"
+    )
 
 # The longest files first, longest first: with `--no-loadscope-reorder` pytest-xdist hands a
 # file to a worker as it runs out of work, in the order they come (by default, the files of the
