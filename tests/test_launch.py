@@ -152,7 +152,6 @@ def prepare_here(prepare: list[str], cwd: Path, monkeypatch, capsys) -> str:
     prints one line and no rank starts, so a process of its own (~5 CPU-s of imports) shows
     nothing more."""
     import cli
-
     from pipeplan.fileio import release_directory
 
     assert prepare[: len(PIPEPLAN)] == PIPEPLAN
@@ -207,7 +206,6 @@ def reference(tmp_path_factory) -> Path:
     Run by this process (`cli.main`, as conftest's `finished_run`), in a folder of its own:
     its ranks are processes of their own, as ever; only the launcher's own start is spared."""
     import cli
-
     from pipeplan.fileio import release_directory
 
     cwd = tmp_path_factory.mktemp("local")
