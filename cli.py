@@ -917,10 +917,6 @@ def _said_ignored(unraisable: object) -> None:
         logging.getLogger("pipeplan.cli").warning("%s", ignored_line(unraisable))
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    _stop(signum, frame)
-
-
 def _stop(signum: int, frame: FrameType | None) -> None:
     if _stop_landed():
         return
@@ -1079,7 +1075,7 @@ def main(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
     given = sys.argv[1:] if argv is None else list(argv)
     args = _hoist_debug(given)
-    handlers = {signal.SIGINT: _interrupt, **dict.fromkeys(STOP_SIGNALS, _stop)}
+    handlers = dict.fromkeys((signal.SIGINT, *STOP_SIGNALS), _stop)
     _said.clear()
     if argv is None:
         _watch_arrivals()
