@@ -2054,6 +2054,11 @@ def _check_stored_dtypes(model: nn.Module, stored: dict[str, _Stored]) -> None:
     without a word (found by the nineteenth round for pytorch_model.bin)."""
     tensors = dict(model.named_parameters(remove_duplicate=False))
     tensors.update(model.named_buffers(remove_duplicate=False))
+    # Under the file's names too: transformers 5 renames a ViT's or DeiT's tensors as it
+    # loads (`_file_key`), and a prefix lookup alone skipped every renamed one (the
+    # sixty-fourth round's helpers).
+    for name, tensor in list(tensors.items()):
+        tensors.setdefault(_file_key(model, name), tensor)
     prefix = getattr(model, "base_model_prefix", "")
     for key, found in stored.items():
         target = next(

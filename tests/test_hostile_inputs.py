@@ -4072,3 +4072,23 @@ def test_freeze_list_without_layers_is_said_in_the_flag_s_words(tmp_path, capsys
         capsys,
         "--freeze list names no layers: give the frozen layers per epoch, as --freeze 0,2,4",
     )
+
+
+@pytest.mark.parametrize("family", ["vit", "deit"])
+def test_a_renamed_tensor_stored_as_integers_is_refused_by_its_file_name(tmp_path, capsys, family):
+    """Found by the sixty-fourth round's helpers: transformers 5 renames a ViT's or DeiT's
+    tensors as it loads, and the stored-dtype check looked file keys up by the model's names
+    only, so a renamed float weight stored as int32 was cast and trained (exit 0). Looked up
+    under the file's names too; the one line names the file's tensor."""
+    from safetensors.torch import load_file, save_file
+
+    model = _family_checkpoint(tmp_path / "in" / "model", family)
+    tensors = load_file(model / "model.safetensors")
+    name = f"{family}.encoder.layer.0.intermediate.dense.weight"
+    assert name in tensors  # the file's name, not the loaded model's (`layers.0.mlp.fc1`)
+    tensors[name] = torch.ones_like(tensors[name], dtype=torch.int32)
+    save_file(tensors, model / "model.safetensors", metadata={"format": "pt"})
+    capsys.readouterr()
+    file = model / "model.safetensors"
+    said = f"{file}: tensor {name} is stored as I32 but the model's is floating (float32)"
+    refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, said)
