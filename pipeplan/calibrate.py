@@ -79,6 +79,7 @@ from pipeplan.formats.profile import (
     WARMUP_STEPS_PER_PHASE,
     input_mismatch,
     model_labels,
+    uncalibrated_identity,
 )
 from pipeplan.formats.run import run_input, unmeasured_times
 from pipeplan.log import held
@@ -999,6 +1000,8 @@ def _calibrate(run_dirs: list[str | Path], profile: Profile, training: Training 
         allreduce=allreduce,
         optimizer_s_per_byte=optimizer,
         runs=sorted({o.run for o in observations}),
+        # The profile it is fitted to: a profile holding it is that one (`Profile`).
+        fitted_to=uncalibrated_identity(profile),
         # What a plan of other shapes extrapolates to (plan and preview warn of it).
         shapes=[
             FittedShape(stages=stages, replicas=replicas)

@@ -50,14 +50,13 @@ from pipeplan.formats import (
     Preview,
     Pricing,
     Profile,
-    ProfileIdentity,
     ScoredLayout,
     StagePlan,
     StaticPlanSummary,
     Strict,
 )
 from pipeplan.formats.base import MAX_COUNT, MAX_EPOCHS, MAX_SAMPLES
-from pipeplan.formats.profile import profile_sha256
+from pipeplan.formats.profile import profile_identity
 from pipeplan.freeze import continuations, describe, phases
 from pipeplan.partition import DENSE_MAX_LAYERS
 from pipeplan.simulate import Timeline, gantt_rows
@@ -128,12 +127,6 @@ class TrainingShape:
         # The last partial batch is dropped, as the executor does: every step sees the same
         # global batch, so training semantics do not depend on the layout.
         return self.samples // self.global_batch
-
-
-def profile_identity(profile: Profile) -> ProfileIdentity:
-    return ProfileIdentity(
-        model=profile.model.name, device=profile.device.name, sha256=profile_sha256(profile)
-    )
 
 
 def _pins_dict(pins: Pins) -> dict[str, int | str | list[int]]:

@@ -41,7 +41,7 @@ from pipeplan.formats import (
     dumps,
     load,
 )
-from pipeplan.plan import priced_phases
+from pipeplan.plan import priced_phases, profile_identity
 
 PROFILE_PATH = shipped_profile("vit-digits", "cpu")
 TRUTH = Calibration(
@@ -1449,3 +1449,51 @@ def test_a_fitted_shape_the_model_cannot_have_is_refused(tmp_path, profile, stag
         said = rf"calibration.shapes: {count}x1 has {count} stages but the model has {layers} "
         with pytest.raises(InputFileError, match=said):
             load(Profile, path)
+
+
+PLAN_ARGV = ["--nodes", "1", "--devices-per-node", "2", "--global-batch", "16", "--samples", "256"]
+
+
+@pytest.mark.timeout(120)
+def test_a_calibration_fitted_to_another_profile_is_refused(tmp_path, profile, capsys):
+    """Found by the sixty-fifth round: a vit-digits calibration pasted into the bert-tiny
+    profile was planned with and taken by `run --profile`, its scales and overheads priced on
+    another model's layers (a step 3.8× bert-tiny's own), without a word. calibrate records
+    the profile it fitted to (model, device, and the sha256 of the profile without its
+    calibration); a profile holding a calibration fitted to another (another model, device, or
+    measurement of the same model) is refused in one line naming the file and the field, and
+    nothing is written. A calibration written before fitted_to loads as it did."""
+    write_run(tmp_path / "run", profile)
+    calibrated = calibrate([tmp_path / "run"], profile)
+    assert calibrated.calibration.fitted_to == profile_identity(profile)
+    own = tmp_path / "own.json"
+    own.write_text(dumps(calibrated))
+    assert load(Profile, own) == calibrated
+    # Calibrated again, a calibrated profile is fitted to the same profile without it.
+    again = calibrate([tmp_path / "run"], load(Profile, own))
+    assert again.calibration.fitted_to == calibrated.calibration.fitted_to
+    fit = json.loads(own.read_text())["calibration"]
+    bert = json.loads(shipped_profile("bert-tiny", "cpu").read_text())
+    bf16 = json.loads(shipped_profile("vit-digits", "cpu", "bf16").read_text())
+    remeasured = json.loads(PROFILE_PATH.read_text())
+    remeasured["layers"][1]["timings"][0]["fwd_s"] *= 1.01  # the same model measured again
+    out = tmp_path / "plan.json"
+    for doc, field in ((bert, "model"), (bf16, "device"), (remeasured, "sha256")):
+        path = tmp_path / f"pasted-{field}.json"
+        path.write_text(json.dumps({**doc, "calibration": fit}))
+        run = ["run", "--profile", str(path), "--runs-dir", str(tmp_path / "runs"), "--nproc", "2"]
+        model = "--model bert-tiny --data synth-text" if doc is bert else "--model vit-digits"
+        for argv in (
+            ["plan", "--profile", str(path), *PLAN_ARGV, "--epochs", "2", "--out", str(out)],
+            [*run, *model.split(), "--epochs", "1", "--name", "r", "--prepare-only"],
+        ):
+            assert cli.main(argv) == 2, argv
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and err.startswith(f"pipeplan: error: {path}: "), err
+            assert f"calibration.fitted_to.{field} " in err, err
+            assert "the calibration was fitted to another profile" in err, err
+            assert not out.exists() and not (tmp_path / "runs").exists()
+    del fit["fitted_to"]  # as written before the sixty-fifth round: not checked
+    path = tmp_path / "older.json"
+    path.write_text(json.dumps({**bert, "calibration": fit}))
+    assert load(Profile, path).calibration.fitted_to is None

@@ -29,6 +29,7 @@ from pipeplan.formats.base import (
 from pipeplan.formats.cluster import Cluster
 from pipeplan.formats.freeze import FreezeSchedule, not_made_by_source
 from pipeplan.formats.layout import EpochShape, Layout
+from pipeplan.formats.profile import ProfileIdentity
 
 # The planner rounds every time it writes to 9 significant digits (`pipeplan.plan._r`): each is
 # off its exact value by at most 5e-9 of itself, so a sum of rounded terms is off the rounded
@@ -199,15 +200,6 @@ class PhasePlan(Strict):
         if self.total_s > high:
             close_enough("total_s", self.total_s, high, scale, f"is above {words} most")
         return self
-
-
-class ProfileIdentity(Strict):
-    model: Text
-    device: Text
-    sha256: str = Field(
-        pattern=r"^[0-9a-f]{64}$",
-        description="sha256 of the profile's canonical JSON (formats.dumps).",
-    )
 
 
 class PlanInputs(Strict):

@@ -526,6 +526,17 @@ class FittedShape(Strict):
         return f"{self.stages}x{self.replicas}"
 
 
+class ProfileIdentity(Strict):
+    """Which profile a plan was priced with, or a calibration fitted to (`profile_identity`)."""
+
+    model: Text
+    device: Text
+    sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 of the profile's canonical JSON (formats.dumps).",
+    )
+
+
 # The fastest all-reduce bandwidth `pipeplan calibrate` fits (ring terms, B/s): 10^13, over 10×
 # the fastest device link there is (NVLink 4, 9·10^11 B/s). What the runs put past it is no
 # bandwidth but noise around 0 s per byte, fitted as none (`calibrate.fit_allreduce`); a
@@ -635,6 +646,14 @@ class Calibration(Strict):
         None,
         description="The (stages, replicas) shapes of the phases fitted, each once, in order; "
         "plan and preview warn of a phase of another. Null: not recorded (before it was).",
+    )
+    # Added by the sixty-fifth round, as `shapes` was: a vit-digits fit pasted into the
+    # bert-tiny profile was planned with, its scales and overheads applied to another model.
+    fitted_to: ProfileIdentity | None = Field(
+        None,
+        description="The profile calibrate fitted it to, without its calibration: its model, "
+        "device and sha256 (`uncalibrated_identity`); the profile holding it must be that one. "
+        "Null: not recorded (before it was).",
     )
     phases_used: NonNegInt
     steps_used: NonNegInt
@@ -869,8 +888,9 @@ class ProfileSettings(Strict):
 
 
 # Calibration fields added since calibrations were first written, which older ones lack: read
-# as null there (the sixty-second round's `shapes`: unrecorded, so nothing is warned of).
-CALIBRATION_ADDED = ("shapes",)
+# as null there (the sixty-second round's `shapes`: unrecorded, so nothing is warned of; the
+# sixty-fifth's `fitted_to`: unrecorded, so the profile holding it is not checked against it).
+CALIBRATION_ADDED = ("shapes", "fitted_to")
 
 
 class Profile(Versioned):
@@ -933,6 +953,33 @@ class Profile(Versioned):
                     f"calibration.shapes: {shape.label()} has {shape.stages} stages but the "
                     f"model has {len(self.layers)} layers: no phase of it ran that shape"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _calibration_fitted_to_this_profile(self) -> Profile:
+        """A calibration that records the profile it was fitted to is this profile's: its
+        scales are ratios to these layers' times, its overheads what these runs spent beyond
+        them. Found by the sixty-fifth round: a vit-digits calibration pasted into the
+        bert-tiny profile priced bert-tiny's steps 3.8× their own, at exit 0."""
+        fitted = self.calibration.fitted_to if self.calibration is not None else None
+        if fitted is None:
+            return self
+        own = uncalibrated_identity(self)
+        for field, words in (("model", "model"), ("device", "device")):
+            if getattr(fitted, field) != getattr(own, field):
+                raise ValueError(
+                    f"calibration.fitted_to.{field} is {getattr(fitted, field)!r} but this "
+                    f"profile's {words} is {getattr(own, field)!r}: the calibration was fitted "
+                    "to another profile; calibrate this one on runs of its model (pipeplan "
+                    "calibrate RUN --profile THIS.json)"
+                )
+        if fitted.sha256 != own.sha256:
+            raise ValueError(
+                f"calibration.fitted_to.sha256 {fitted.sha256[:12]}… is not this profile's "
+                f"({own.sha256[:12]}…, without its calibration): the calibration was fitted to "
+                f"another profile of {own.model!r}, whose layers' times its scales correct; "
+                "calibrate this one (pipeplan calibrate RUN --profile THIS.json)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -1260,6 +1307,25 @@ def profile_sha256(profile: Profile) -> str:
     profile_sha256(load(Profile, "runs/a/profile.json"))   # "3f1c…"
     """
     return text_sha256(dumps(profile))
+
+
+def profile_identity(profile: Profile) -> ProfileIdentity:
+    """The profile's model, device and sha256: what a plan names it by.
+
+    profile_identity(load(Profile, "p.json")).sha256   # profile_sha256 of it
+    """
+    return ProfileIdentity(
+        model=profile.model.name, device=profile.device.name, sha256=profile_sha256(profile)
+    )
+
+
+def uncalibrated_identity(profile: Profile) -> ProfileIdentity:
+    """The identity of the profile without its calibration: what `calibrate` fits to (it
+    replaces any earlier calibration), and what a calibration records as `fitted_to`.
+
+    uncalibrated_identity(load(Profile, "calibrated.json")) == profile_identity(raw_profile)
+    """
+    return profile_identity(profile.model_copy(update={"calibration": None}))
 
 
 def model_mismatch(
