@@ -132,6 +132,9 @@ class RankObservation:
     # that cannot tell latency from bandwidth apart scales (`fit_allreduce`).
     allreduce_link: tuple[float, float] = (0.0, 1.0)
     micro_batch_size: int = 0  # its phase's m (0: not known)
+    # What the uncalibrated profile prices the optimizer step at per trainable parameter
+    # byte (the device kind's constant): what `check_parts_off_the_floor` holds the fit to.
+    optimizer_s_per_byte: float = 0.0
     # The relative standard error of measured_fwd_s and measured_bwd_s, medians of the phase's
     # steady steps (`median_error`): how far the runs' noise leaves them (0: exact data).
     fwd_noise: float = 0.0
@@ -342,6 +345,7 @@ def _phase_observation(
                     model.cluster.allreduce_link.bandwidth_bytes_per_s,
                 ),
                 micro_batch_size=m,
+                optimizer_s_per_byte=model.optimizer_s_per_byte,
                 fwd_noise=median_error(times["fwd_s"]),
                 bwd_noise=median_error(times["bwd_s"]),
             )
@@ -691,19 +695,10 @@ def fit_allreduce(ranks: list[RankObservation]) -> tuple[FittedLink | None, dict
     link is fitted as a whole, (k·λ, β/k) — where the points priced it on one link — and
     not_fitted says so: the split of the two is the cluster's, not measured.
     """
-    points = [
-        r
-        for r in ranks
-        if r.replicas > 1
-        and r.grad_bytes > 0
-        and r.measured_allreduce_s > 0
-        and r.allreduce_in_node
-    ]
+    points = allreduce_points(ranks)
     if not points:
         return None, {"allreduce": "no data-parallel stage with gradients inside one node"}
-    steps = np.array([2.0 * (r.replicas - 1) for r in points])
-    per_replica = np.array([r.grad_bytes / r.replicas for r in points])
-    terms = np.column_stack([steps, steps * per_replica])
+    terms = ring_terms(points)
     measured = np.array([r.measured_allreduce_s for r in points])
     if separable(terms / measured[:, None]) != [0, 1]:
         # Latency and bandwidth trade off exactly when every point has the same G/D.
@@ -728,21 +723,45 @@ def fit_allreduce(ranks: list[RankObservation]) -> tuple[FittedLink | None, dict
         # Found by the sixty-first round: nothing said so, where the README promised it.
         return fitted, {
             "allreduce": f"{why}; the cluster's link ({latency * 1e6:.3g} µs + "
-            f"{bandwidth / 1e9:.3g} GB/s) is scaled as a whole to their times (×{k:.2f}), "
+            f"{bandwidth / 1e9:.3g} GB/s) is scaled as a whole to their times (×{k:.3g}), "
             "keeping its split of the two: runs of other gradient sizes fit them apart"
         }
     latency, inverse_bandwidth = robust_linear(terms, measured, np.zeros(2))
-    if float(inverse_bandwidth) * MAX_FITTED_BANDWIDTH <= 1.0:
+    # Past any link, or 1/MIN_SCALE times the cluster's (the bound of every fitted part:
+    # `check_parts_off_the_floor`; the sixty-fifth round), the slope is noise around 0.
+    fastest = max(r.allreduce_link[1] for r in points)
+    if float(inverse_bandwidth) * min(MAX_FITTED_BANDWIDTH, fastest / MIN_SCALE) <= 1.0:
         # No bandwidth term at all (or one past any link) is no fit of one: it was written as
         # 10^15 B/s, "fitted", and later plans priced all-reduces as free (the fifty-ninth
         # round); the format refuses it since the sixtieth (`MAX_FITTED_BANDWIDTH`).
         why = (
             "the all-reduces' times did not grow with their gradient bytes: no bandwidth can "
-            "be fitted from them (the profile's link is kept)"
+            f"be fitted from them (none, or one over {1 / MIN_SCALE:g}× the cluster's link of "
+            f"{fastest / 1e9:.3g} GB/s; the profile's link is kept)"
         )
         return None, {"allreduce": why}
     bandwidth = 1.0 / float(inverse_bandwidth)
     return FittedLink(latency_s=float(latency), bandwidth_bytes_per_s=bandwidth), {}
+
+
+def allreduce_points(ranks: list[RankObservation]) -> list[RankObservation]:
+    """The ranks whose all-reduce `fit_allreduce` fits: data-parallel, with gradients, all
+    replicas of their stage inside one node (across nodes it measured the inter-node link)."""
+    return [
+        r
+        for r in ranks
+        if r.replicas > 1
+        and r.grad_bytes > 0
+        and r.measured_allreduce_s > 0
+        and r.allreduce_in_node
+    ]
+
+
+def ring_terms(points: list[RankObservation]) -> np.ndarray:
+    """Each point's ring all-reduce terms (2(D−1), 2(D−1)/D·G): · (λ, 1/β) gives its time."""
+    steps = np.array([2.0 * (r.replicas - 1) for r in points])
+    per_replica = np.array([r.grad_bytes / r.replicas for r in points])
+    return np.column_stack([steps, steps * per_replica])
 
 
 def fit_optimizer(ranks: list[RankObservation]) -> tuple[float | None, dict[str, str]]:
@@ -995,6 +1014,7 @@ def _calibrate(run_dirs: list[str | Path], profile: Profile, training: Training 
     check_off_the_floor(run_dirs, scales, ranks)
     allreduce, why_allreduce = fit_allreduce(ranks)
     optimizer, why_optimizer = fit_optimizer(ranks)
+    check_parts_off_the_floor(run_dirs, ranks)
     partial = Calibration(
         **scales,
         allreduce=allreduce,
@@ -1062,6 +1082,50 @@ def check_off_the_floor(
             f"beyond what calibrate fits (a compute scale of at least {MIN_SCALE:g}); the "
             "profile is likely of another device: profile the device the runs ran on "
             "(pipeplan profile) and calibrate that profile"
+        )
+
+
+def check_parts_off_the_floor(run_dirs: list[str | Path], ranks: list[RankObservation]) -> None:
+    """Refuse optimizer or all-reduce times more than 1/MIN_SCALE times faster than the
+    uncalibrated model prices them (the median over the ranks fitted of predicted / measured):
+    the bound `check_off_the_floor` holds the compute scales to. Found by the sixty-fifth round:
+    records whose optimizer_s (or allreduce_s) were 10^-5 of what ran, the rest moved into
+    wait_s, were fitted at exit 0 with a 0 % residual, a CPU AdamW 10^5 times faster than
+    the same host's, or an all-reduce link of 1 TB/s between two gloo CPU ranks.
+
+        check_parts_off_the_floor(run_dirs, ranks)   # InputFileError when off the floor
+    """
+    trained = [r for r in ranks if r.grad_bytes > 0 and r.measured_optimizer_s > 0]
+    points = allreduce_points(ranks)
+    # Each point priced on its own phase's link: (λ, 1/β) · its ring terms.
+    links = [np.array([r.allreduce_link[0], 1.0 / r.allreduce_link[1]]) for r in points]
+    parts = (
+        (
+            "optimizer step",
+            "the profile's device",
+            [(r.optimizer_s_per_byte * r.grad_bytes, r.measured_optimizer_s) for r in trained],
+        ),
+        (
+            "all-reduce",
+            "the cluster's all-reduce link",
+            [
+                (float(terms @ link), r.measured_allreduce_s)
+                for terms, link, r in zip(ring_terms(points), links, points, strict=True)
+            ],
+        ),
+    )
+    runs = ", ".join(str(d) for d in run_dirs)
+    advice = (
+        "the profile is likely of another device: profile the device the runs ran on "
+        "(pipeplan profile) and calibrate that profile"
+    )
+    for words, by, priced in parts:
+        ratios = [p / m for p, m in priced if p > 0 and m > 0]
+        if not ratios or (faster := statistics.median(ratios)) <= 1 / MIN_SCALE:
+            continue
+        raise InputFileError(
+            f"{runs}: the measured {words} is {faster:,.0f}× faster than {by} prices it, "
+            f"beyond what calibrate fits (at least {MIN_SCALE:g} of that time); {advice}"
         )
 
 

@@ -3,6 +3,7 @@ from exact data and within stated bounds from noisy data —, leaves what the ru
 at its default with a reason, and refuses runs it cannot use."""
 
 import json
+import statistics
 from itertools import pairwise
 from pathlib import Path
 from typing import NamedTuple
@@ -23,7 +24,7 @@ from pipeplan.calibrate import (
     predict,
 )
 from pipeplan.cluster import run_cluster
-from pipeplan.costmodel import CostModel, same_placement
+from pipeplan.costmodel import ADAMW_BYTES_MOVED_PER_PARAM_BYTE, CostModel, same_placement
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import (
     Calibration,
@@ -580,7 +581,7 @@ def test_what_the_phases_cannot_tell_apart_keeps_its_default_and_says_why(
     assert "not fitted: input_s_per_sample — not separable" in printed
 
 
-@pytest.mark.parametrize("slower", [1.0, 2.5])
+@pytest.mark.parametrize("slower", [1.0, 2.5, 0.0025])
 def test_one_gradient_size_per_replica_scales_the_clusters_allreduce(tmp_path, profile, slower):
     """Every data-parallel phase all-reduces the whole model over 2 replicas: one G/D, where
     latency and bandwidth trade off exactly. What the phases identify is how much slower than
@@ -589,7 +590,8 @@ def test_one_gradient_size_per_replica_scales_the_clusters_allreduce(tmp_path, p
     2026-12-03: left at the profiled link, a 1×2 phase of another G/D than the others was
     predicted 18 % short). Found by the sixty-first round: nothing said the link was not
     fitted as two parameters (the README promised not_fitted would); now not_fitted says so,
-    and the calibration loads and prices as calibrate wrote it."""
+    and the calibration loads and prices as calibrate wrote it. Its factor is printed to three
+    significant digits: 400× faster read "×0.00" (the sixty-fifth round)."""
     phases = [
         Phase(0, 2, 1, 2, "gpipe", (0, 5, 10)),
         Phase(0, 2, 1, 4, "1f1b", (0, 5, 10)),
@@ -608,7 +610,7 @@ def test_one_gradient_size_per_replica_scales_the_clusters_allreduce(tmp_path, p
     assert set(c.not_fitted) == {"nograd_call_scale", "allreduce"}
     said = c.not_fitted["allreduce"]
     assert said.startswith("every all-reduce had the same gradient bytes per replica (G/D)")
-    assert f"is scaled as a whole to their times (×{slower:.2f}), keeping its split" in said
+    assert f"is scaled as a whole to their times (×{slower:.3g}), keeping its split" in said
     assert Profile.model_validate_json(calibrated.model_dump_json()) == calibrated
     got, want = parameters(c), parameters(truth)
     for name in set(want) - {"p2p latency"}:
@@ -1368,15 +1370,22 @@ def test_a_calibrations_allreduce_faster_than_any_link_is_refused(tmp_path, caps
     path.write_text(json.dumps(doc))
     assert cli.main(["preview", "--profile", str(path), "--devices-per-node", "2"]) == 0
 
-    # All-reduces growing by 10^-14 s a byte (10^14 B/s): no bandwidth fitted from them.
-    def point(grad_bytes: float) -> RankObservation:
+    # All-reduces growing by 10^-14 s a byte (10^14 B/s): no bandwidth fitted from them. Nor
+    # from 2·10^12 B/s, 2,000× the cluster's 1 GB/s link: past the 1,000× (1 / MIN_SCALE)
+    # every fitted part is held to (the sixty-fifth round); 500× it is fitted.
+    def point(grad_bytes: float, bandwidth: float = 1e14) -> RankObservation:
         return RankObservation(
-            1e-3, 1e-3, 2 * (1e-4 + grad_bytes / 2 / 1e14), 1e-3, *[1e-3] * 6,
+            1e-3, 1e-3, 2 * (1e-4 + grad_bytes / 2 / bandwidth), 1e-3, *[1e-3] * 6,
             grad_bytes=grad_bytes, replicas=2, allreduce_in_node=True, allreduce_link=(1e-4, 1e9),
         )  # fmt: skip
 
     link, why = fit_allreduce([point(4e6), point(8e6), point(16e6)])
     assert link is None and "did not grow with their gradient bytes" in why["allreduce"]
+    link, why = fit_allreduce([point(g, 2e12) for g in (4e6, 8e6, 16e6)])
+    assert link is None, link
+    assert "(none, or one over 1000× the cluster's link of 1 GB/s; the" in why["allreduce"]
+    link, why = fit_allreduce([point(g, 5e11) for g in (4e6, 8e6, 16e6)])
+    assert link.bandwidth_bytes_per_s == pytest.approx(5e11) and why == {}
 
 
 @pytest.mark.parametrize("field", ["fwd_scale", "bwd_call_scale"])
@@ -1497,3 +1506,59 @@ def test_a_calibration_fitted_to_another_profile_is_refused(tmp_path, profile, c
     path = tmp_path / "older.json"
     path.write_text(json.dumps({**bert, "calibration": fit}))
     assert load(Profile, path).calibration.fitted_to is None
+
+
+def move_into_wait(run_dir: Path, part: str, factor: float) -> None:
+    """Each rank's `part` (optimizer_s, allreduce_s) `factor` times as long in every step, the
+    difference moved into its wait_s: its parts still add up to its step_s, and the steps,
+    epochs and summary are unchanged."""
+    lines = []
+    for line in (run_dir / "run.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["kind"] == "step":
+            for rank in record["ranks"]:
+                old = rank[part]
+                rank[part] = old * factor
+                rank["wait_s"] += old - rank[part]
+        lines.append(json.dumps(record) + "\n")
+    (run_dir / "run.jsonl").write_text("".join(lines))
+
+
+@pytest.mark.parametrize("part", ["optimizer_s", "allreduce_s"])
+def test_optimizer_or_allreduce_times_past_the_floor_are_refused(tmp_path, profile, capsys, part):
+    """Found by the sixty-fifth round: records whose optimizer_s (or allreduce_s) were 10^-5
+    of what ran, the rest moved into wait_s, were fitted at exit 0 with a 0 % residual: a CPU
+    AdamW 10^5 times faster than the host's, or an all-reduce link of 1 TB/s between two
+    gloo CPU ranks. Both parts are held to what the compute scales are: at least MIN_SCALE
+    (0.001) of what the uncalibrated profile prices them at (the median over the ranks fitted),
+    refused in one line, nothing written. The unedited run, and one 100× faster, fit."""
+    write_run(tmp_path / "run", profile, step_jitter=0.0)
+    if part == "optimizer_s":  # the device kind's constant (costmodel) against the truth's
+        faster = ADAMW_BYTES_MOVED_PER_PARAM_BYTE / 10e9 / TRUTH.optimizer_s_per_byte
+        words = "optimizer step is {:,.0f}× faster than the profile's device prices it"
+    else:  # the run cluster's all-reduce link against the truth's, at each replicated stage
+        config = RunConfig(name="x", model="vit-digits", data="digits", nproc=2, global_batch=64)
+        link = run_cluster(config, profile).allreduce_link
+        ranks = [r for o in observe([tmp_path / "run"], profile) for r in o.ranks]
+        faster = statistics.median(
+            2
+            * (r.replicas - 1)
+            * (link.latency_s + r.grad_bytes / r.replicas / link.bandwidth_bytes_per_s)
+            / r.measured_allreduce_s
+            for r in ranks
+            if r.replicas > 1 and r.grad_bytes > 0
+        )
+        words = "all-reduce is {:,.0f}× faster than the cluster's all-reduce link prices it"
+    assert 0.01 < faster < 10  # the truth is a plausible fit
+    out = tmp_path / "fitted.json"
+    argv = ["calibrate", str(tmp_path / "run"), "--profile", str(PROFILE_PATH), "--out", str(out)]
+    move_into_wait(tmp_path / "run", part, 0.01)
+    assert cli.main(argv) == 0  # 100× faster: within the bound, fitted
+    out.unlink()
+    move_into_wait(tmp_path / "run", part, 1e-3)  # 10^5× in all
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert not out.exists()
+    assert err.startswith(f"pipeplan: error: {tmp_path / 'run'}: the measured "), err
+    assert words.format(faster * 1e5) in err, err
+    assert "beyond what calibrate fits (at least 0.001 of that time); the profile is " in err
