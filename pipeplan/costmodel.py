@@ -11,11 +11,10 @@ stage memory §4.6, transitions §4.11.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -1043,9 +1042,7 @@ def placement_family(
     # The maps PLACEMENTS miss (EXACT_FAMILY_MAPS): every node assignment where there are
     # few, else the members' mirrors; each only where no member is priced alike.
     S, D, G = num_stages, replicas, devices_per_node
-    if _multisets_at_most(nodes, S, EXACT_FAMILY_MAPS) and _multisets_at_most(
-        math.comb(nodes + S - 1, S), D, EXACT_FAMILY_MAPS
-    ):
+    if fitting_assignments_at_most(S, D, G, nodes, EXACT_FAMILY_MAPS):
         extra = [
             (f"{MAP}{i}", np.array(ranks))
             for i, ranks in enumerate(_every_rank_map(S, D, G, nodes))
@@ -1122,9 +1119,8 @@ def every_rank_map(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, 
     every multiset of D non-decreasing node rows that no node holds more than G cells of,
     its ranks taken in each node in order. The reference the tests and bench_solver.py hold
     the placement family to (tiny clusters only: the count grows combinatorially)."""
-    rows = list(itertools.combinations_with_replacement(range(nodes), S))
     result = []
-    for chosen in itertools.combinations_with_replacement(rows, D):
+    for chosen in _node_assignments(S, D, G, nodes):
         used = [0] * nodes
         ranks = []
         for row in chosen:
@@ -1133,9 +1129,100 @@ def every_rank_map(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, 
                 mapped.append(node * G + used[node])
                 used[node] += 1
             ranks.append(tuple(mapped))
-        if max(used) <= G:
-            result.append(tuple(ranks))
+        result.append(tuple(ranks))
     return result
+
+
+class _OutOfSteps(Exception):
+    """`_node_assignments` took more steps than it was allowed."""
+
+
+def _node_assignments(
+    S: int, D: int, G: int, nodes: int, steps: int | None = None
+) -> Iterator[tuple[tuple[int, ...], ...]]:
+    """The node assignments of `every_rank_map`, in its order: the multisets of D rows (each
+    S non-decreasing nodes; rows in lexicographic order, as `itertools.
+    combinations_with_replacement` of the rows lists them) that no node holds more than G
+    cells of. Only rows that fit the nodes' devices left are tried, and a prefix of rows is
+    extended only while the devices left can hold the rest, so the count of those that fit
+    costs about as much as listing them (not the multisets before the devices' limit, which
+    grow combinatorially). `steps`: _OutOfSteps after that many nodes tried (None: no limit)."""
+    left = [G] * nodes
+    free = [G * nodes]  # devices left over all nodes
+    budget = [math.inf if steps is None else steps]
+
+    def rows(
+        lower: tuple[int, ...], i: int, tight: bool, row: list[int]
+    ) -> Iterator[tuple[int, ...]]:
+        # Row positions i.. (row[:i] chosen), lexicographically from `lower` on while `tight`.
+        if i == S:
+            yield tuple(row)
+            return
+        first = row[i - 1] if i else 0
+        if tight:
+            first = max(first, lower[i])
+        need = S - i
+        room = sum(left[first:])  # what nodes `first`.. can still hold
+        for node in range(first, nodes):
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise _OutOfSteps
+            if room < need:
+                return
+            room -= left[node]
+            if not left[node]:
+                continue
+            left[node] -= 1
+            row[i] = node
+            yield from rows(lower, i + 1, tight and node == lower[i], row)
+            left[node] += 1
+
+    def chosen(d: int, lower: tuple[int, ...], prefix: list) -> Iterator:
+        if d == D:
+            yield tuple(prefix)
+            return
+        for r in rows(lower, 0, True, [0] * S):
+            # `rows` holds this row's cells out of `left` while it is yielded.
+            if free[0] - S >= (D - d - 1) * S:
+                free[0] -= S
+                prefix.append(r)
+                yield from chosen(d + 1, r, prefix)
+                prefix.pop()
+                free[0] += S
+
+    return chosen(0, (0,) * S, [])
+
+
+# `fitting_assignments_at_most` counts (S, D)'s node assignments by a search S + D deep.
+ASSIGNMENT_DEPTH = 256
+
+
+@lru_cache(maxsize=4096)
+def fitting_assignments_at_most(S: int, D: int, G: int, nodes: int, most: int) -> bool:
+    """Whether (S, D) has at most `most` node assignments that fit the cluster (those of
+    `every_rank_map`), counted until `most` + 1 are found; False too where the count takes
+    more than 64 × (`most` + 1) · (S + D) steps (tight clusters of many nodes, where the
+    prefixes that cannot be completed outnumber the assignments) or S + D exceeds
+    ASSIGNMENT_DEPTH (the search's depth): "not known to be few"."""
+    if _multisets_at_most(nodes, S, most) and _multisets_at_most(
+        math.comb(nodes + S - 1, S), D, most
+    ):
+        return True  # few before the devices' limit: fewer that fit
+    if nodes > most and nodes * G > S * D:
+        # The devices each node leaves free, not all equal, in more than `most` orders:
+        # more than `most` fillings of the nodes, each a different assignment.
+        return False
+    if S + D > ASSIGNMENT_DEPTH:
+        return False
+    found = 0
+    try:
+        for _ in _node_assignments(S, D, G, nodes, 64 * (most + 1) * (S + D)):
+            found += 1
+            if found > most:
+                return False
+    except _OutOfSteps:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------- run records

@@ -32,6 +32,7 @@ import numpy as np
 
 from pipeplan.costmodel import (
     KEPT_RANK_CELLS,
+    MAP,
     PACKED,
     BoundedCache,
     CostModel,
@@ -1720,12 +1721,13 @@ class _Run:
         if not self.dense or self.collect or self.phase.pins.boundaries is not None:
             return
         until = self.work + self.phase.sub_search_limit
-        parts: dict[tuple[int, str], list] = {}
+        parts: dict[tuple[int, str, bool], list] = {}
         for entry in self.heap + self.later:
             shape, schedule = entry[3][:2]  # type: ignore[index]
-            parts.setdefault((shape.num_stages, schedule), []).append(entry)
+            key = (shape.num_stages, schedule, shape.placement.startswith(MAP))
+            parts.setdefault(key, []).append(entry)
         self.heap, self.later = [], []
-        found: dict[tuple[int, str], float] = {}
+        found: dict[tuple[int, str, bool], float] = {}
         for key, entries in parts.items():  # one dive each, to order them
             heapq.heapify(entries)
             self.heap, simulated = entries, len(self.simulated)
