@@ -854,18 +854,20 @@ def held_layers(layout: Layout, num_devices: int) -> tuple[np.ndarray, np.ndarra
 PACKED = "packed"
 PLACEMENTS = (PACKED, "rings", "spread", "spread-rings", "consecutive")
 # What `placement_family` adds to them, each kept only where no earlier member is priced the
-# same (`_priced_alike`): where (S, D) has at most EXACT_FAMILY_MAPS node assignments on the
-# cluster (multisets of D non-decreasing node rows, counted before the devices' limit),
-# every one of them (MAP + its index in `every_rank_map`): the family is then exact; else,
+# same (`_priced_alike`): where at most EXACT_FAMILY_MAPS node assignments of (S, D) fit the
+# cluster (multisets of D non-decreasing node rows that no node holds more than G cells of,
+# `fitting_assignments_at_most`; the sixty-fifth round: counted before the devices' limit,
+# 8×2 on 2 × 8 devices had 45, of which 5 fit, and missed a layout 0.75 % faster), every one
+# of them (MAP + its index in `every_rank_map`): the family is then exact; else,
 # on up to MIRRORED_MAX_NODES nodes, the mirror of each member (MIRRORED + its name,
 # `mirrored`): the stage order and the node order reversed, so a pipeline that crosses nodes
 # after node 0 fills crosses as far from its end, e.g. [[0, 2, 3]] on 2 × 2 from "packed"'s
 # [[0, 1, 2]] (the sixty-second round: 10.5 % faster where the first boundary carries the
 # least) and [[0, 3], [4, 5]] on 2 × 3 from "consecutive". The two bounds are measured
-# (docs/architecture.md §4.10): with mirrors, every (S, D) of up to 2 × 3 devices is exact;
-# 16 would make 2 × 4's too but costs bert-large's plan on 2 × 8 +20 % CPU and its
-# work-limited searches their pinned-search parity (8: +8 %); mirrors cost +10 % on 4 × 8
-# and +23 % on 64 × 8.
+# (docs/architecture.md §4.10): every (S, D) of up to 2 × 5 devices is exact (counting the
+# assignments that fit); 16 would make more of 2 × 6..8's so but costs bert-large's plan on
+# 2 × 8 +20 % CPU and its work-limited searches their pinned-search parity; mirrors cost
+# +10 % on 4 × 8 and +23 % on 64 × 8.
 EXACT_FAMILY_MAPS = 8
 MIRRORED_MAX_NODES = 4
 MIRRORED = "mirrored "
@@ -1011,9 +1013,10 @@ def placement_family(
     """The members of PLACEMENTS for (S, D), in order, without those whose node assignment
     (the node of every (replica, stage) cell, replicas in any order) an earlier member
     already has: a step's time depends on the nodes only, and replicas are interchangeable,
-    so such a map would be priced the same; then every node assignment where there are few,
-    else (on a few nodes) each member's mirror, those priced unlike every member
-    (EXACT_FAMILY_MAPS). On one node, or one device a node, only "packed".
+    so such a map would be priced the same; then every node assignment where few fit the
+    nodes' devices (`fitting_assignments_at_most`), else (on a few nodes) each member's
+    mirror, those priced unlike every member (EXACT_FAMILY_MAPS). On one node, or one device
+    a node, only "packed".
 
     >>> [name for name, _ in placement_family(3, 1, 2, 2)]  # [[0, 1, 2]], [[0, 2, 3]]
     ['packed', 'map 1']"""
@@ -1039,8 +1042,8 @@ def placement_family(
         if not any(np.array_equal(assigned, other) for other in seen):
             family.append((placement, ranks))
             seen.append(assigned)
-    # The maps PLACEMENTS miss (EXACT_FAMILY_MAPS): every node assignment where there are
-    # few, else the members' mirrors; each only where no member is priced alike.
+    # The maps PLACEMENTS miss (EXACT_FAMILY_MAPS): every node assignment where few fit the
+    # devices, else the members' mirrors; each only where no member is priced alike.
     S, D, G = num_stages, replicas, devices_per_node
     if fitting_assignments_at_most(S, D, G, nodes, EXACT_FAMILY_MAPS):
         extra = [
@@ -1209,8 +1212,9 @@ def fitting_assignments_at_most(S: int, D: int, G: int, nodes: int, most: int) -
     ):
         return True  # few before the devices' limit: fewer that fit
     if nodes > most and nodes * G > S * D:
-        # The devices each node leaves free, not all equal, in more than `most` orders:
-        # more than `most` fillings of the nodes, each a different assignment.
+        # The devices the nodes leave free (N − S·D > 0 of them) in a vector not all equal
+        # (one exists), which has at least `nodes` orders: more than `most` fillings of the
+        # nodes, each made by an assignment (the cells listed node by node, cut into rows).
         return False
     if S + D > ASSIGNMENT_DEPTH:
         return False

@@ -100,7 +100,8 @@ WORK_PER_CHILD = 8
 WORK_PER_TABLE_STAGE = 30
 WORK_PER_LEAF_STAGE = 10
 # A search of tens of layers that reaches its work limit goes on as sub-searches, one per
-# (stage count, schedule) of what is still waiting (`_Run.sub_searches`): each the search a
+# (stage count, schedule, whether the map is one of the family's node assignments `map i`)
+# of what is still waiting (`_Run.sub_searches`): each the search a
 # `--stages` and `--schedule` pin would make, from where the whole search left it, with the
 # best layout so far to prune against, within a work limit of its own; together at most
 # SUB_SEARCH_WORK times the phase's limit (and what the plan has left). The forty-second
@@ -1710,7 +1711,8 @@ class _Run:
 
     def sub_searches(self) -> None:
         """Out of work, a search of tens of layers goes on as the sub-searches a user could
-        pin: what waits is split by (stage count, schedule) and each part is searched
+        pin: what waits is split by (stage count, schedule), the node assignments' maps
+        (`costmodel.MAP`) apart from the others, and each part is searched
         best-first alone, diving now and then (DIVE_WORK), within a phase's work limit,
         until its smallest bound reaches the best step (that part proven) or its limit is
         spent; all of them within `sub_search_limit`. The part whose dive found the fastest

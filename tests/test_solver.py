@@ -167,8 +167,9 @@ def family_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...
     pipelines and rings over the node-interleaved device order ("spread", "spread-rings"),
     replica d on ranks d·S.. ("consecutive"); rows sorted; maps on the same nodes (replicas
     in any order) once. Then, on two nodes or more of two devices or more: every map
-    (`all_maps`) where there are at most EXACT_FAMILY_MAPS multisets of D non-decreasing node
-    rows; else, on up to MIRRORED_MAX_NODES nodes, each member's mirror (replica d's stage s
+    (`all_maps`) where at most EXACT_FAMILY_MAPS node assignments fit the nodes' devices
+    (multisets of D non-decreasing node rows, no node holding more than G cells); else, on up
+    to MIRRORED_MAX_NODES nodes, each member's mirror (replica d's stage s
     on node N−1−n where its stage S−1−s was on node n, each node's cells on its lowest
     devices in row order). The planner keeps one of the maps priced alike: the same best."""
 
@@ -202,8 +203,9 @@ def family_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...
             result.append(ranks)
     if nodes == 1 or G == 1:
         return result
-    if math.comb(math.comb(nodes + S - 1, S) + D - 1, D) <= EXACT_FAMILY_MAPS:
-        return result + all_maps(S, D, G, nodes)
+    every = all_maps(S, D, G, nodes)  # tiny clusters only
+    if len(every) <= EXACT_FAMILY_MAPS:
+        return result + every
     if nodes > MIRRORED_MAX_NODES:
         return result
     for ranks in list(result):
@@ -1213,9 +1215,9 @@ def test_the_family_holds_every_assignment_that_fits_where_few_do(
     there were at most EXACT_FAMILY_MAPS counted before the devices' limit, so (S, D) pairs
     with few assignments that fit (6×2 on 2 × 6 devices: 4 of 28; 8×2 on 2 × 8: 5 of 45)
     got the mirrors instead, and a frozen bert-large on 2 nodes (64 samples) planned a
-    layout slower than the best over every assignment (the tester's worst on 2 × 5..8
-    devices: 9.3 %). The family now counts the assignments that fit (`costmodel.
-    fitting_assignments_at_most`): the solver's best is the best over every assignment,
+    layout slower than the best over every assignment. The family now counts the
+    assignments that fit (`costmodel.fitting_assignments_at_most`): the solver's best is
+    the best over every assignment,
     each searched alone (`best_on_each_assignment`), and no assignment runs the solver's
     own layout faster."""
     profile = preset_profile("bert-large")
