@@ -857,7 +857,7 @@ PLACEMENTS = (PACKED, "rings", "spread", "spread-rings", "consecutive")
 # same (`_priced_alike`): where at most EXACT_FAMILY_MAPS node assignments of (S, D) fit the
 # cluster (multisets of D non-decreasing node rows that no node holds more than G cells of,
 # `fitting_assignments_at_most`; the sixty-fifth round: counted before the devices' limit,
-# 8×2 on 2 × 8 devices had 45, of which 5 fit, and missed a layout 0.75 % faster), every one
+# 7×2 on 2 × 7 devices had 36, of which 4 fit, and missed a layout 5.12 % faster), every one
 # of them (MAP + its index in `every_rank_map`): the family is then exact; else,
 # on up to MIRRORED_MAX_NODES nodes, the mirror of each member (MIRRORED + its name,
 # `mirrored`): the stage order and the node order reversed, so a pipeline that crosses nodes
