@@ -154,8 +154,9 @@ def family_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...
     transposed), "spread" and "spread-rings" (pipelines and rings over the node-interleaved
     device order), "consecutive" (replica d on ranks d·S..); rows sorted; a map on the same
     nodes as an earlier one (replicas in any order) once; one map on one node or with one
-    device a node. Then every map (`all_maps`) where there are at most EXACT_FAMILY_MAPS
-    multisets of D non-decreasing node rows, else on up to MIRRORED_MAX_NODES nodes each
+    device a node. Then every map (`all_maps`) where at most EXACT_FAMILY_MAPS node
+    assignments fit the nodes' devices (multisets of D non-decreasing node rows that no node
+    holds more than G cells of), else on up to MIRRORED_MAX_NODES nodes each
     member's mirror (stage s on node N−1−n where stage S−1−s was on node n, each node's
     cells on its lowest devices in row order); the planner keeps one of the maps priced
     alike, which gives the same best."""
@@ -177,8 +178,9 @@ def family_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...
             result.append(ranks)
     if nodes == 1 or G == 1:
         return result
-    if math.comb(math.comb(nodes + S - 1, S) + D - 1, D) <= EXACT_FAMILY_MAPS:
-        return result + all_maps(S, D, G, nodes)
+    every = all_maps(S, D, G, nodes)  # tiny clusters only
+    if len(every) <= EXACT_FAMILY_MAPS:
+        return result + every
     if nodes > MIRRORED_MAX_NODES:
         return result
     for ranks in list(result):

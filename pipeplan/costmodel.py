@@ -11,11 +11,10 @@ stage memory §4.6, transitions §4.11.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -855,18 +854,20 @@ def held_layers(layout: Layout, num_devices: int) -> tuple[np.ndarray, np.ndarra
 PACKED = "packed"
 PLACEMENTS = (PACKED, "rings", "spread", "spread-rings", "consecutive")
 # What `placement_family` adds to them, each kept only where no earlier member is priced the
-# same (`_priced_alike`): where (S, D) has at most EXACT_FAMILY_MAPS node assignments on the
-# cluster (multisets of D non-decreasing node rows, counted before the devices' limit),
-# every one of them (MAP + its index in `every_rank_map`): the family is then exact; else,
+# same (`_priced_alike`): where at most EXACT_FAMILY_MAPS node assignments of (S, D) fit the
+# cluster (multisets of D non-decreasing node rows that no node holds more than G cells of,
+# `fitting_assignments_at_most`; the sixty-fifth round: counted before the devices' limit,
+# 7×2 on 2 × 7 devices had 36, of which 4 fit, and missed a layout 5.12 % faster), every one
+# of them (MAP + its index in `every_rank_map`): the family is then exact; else,
 # on up to MIRRORED_MAX_NODES nodes, the mirror of each member (MIRRORED + its name,
 # `mirrored`): the stage order and the node order reversed, so a pipeline that crosses nodes
 # after node 0 fills crosses as far from its end, e.g. [[0, 2, 3]] on 2 × 2 from "packed"'s
 # [[0, 1, 2]] (the sixty-second round: 10.5 % faster where the first boundary carries the
 # least) and [[0, 3], [4, 5]] on 2 × 3 from "consecutive". The two bounds are measured
-# (docs/architecture.md §4.10): with mirrors, every (S, D) of up to 2 × 3 devices is exact;
-# 16 would make 2 × 4's too but costs bert-large's plan on 2 × 8 +20 % CPU and its
-# work-limited searches their pinned-search parity (8: +8 %); mirrors cost +10 % on 4 × 8
-# and +23 % on 64 × 8.
+# (docs/architecture.md §4.10): every (S, D) of up to 2 × 5 devices is exact (counting the
+# assignments that fit); 16 would make more of 2 × 6..8's so but costs bert-large's plan on
+# 2 × 8 +20 % CPU and its work-limited searches their pinned-search parity; mirrors cost
+# +10 % on 4 × 8 and +23 % on 64 × 8.
 EXACT_FAMILY_MAPS = 8
 MIRRORED_MAX_NODES = 4
 MIRRORED = "mirrored "
@@ -1012,9 +1013,10 @@ def placement_family(
     """The members of PLACEMENTS for (S, D), in order, without those whose node assignment
     (the node of every (replica, stage) cell, replicas in any order) an earlier member
     already has: a step's time depends on the nodes only, and replicas are interchangeable,
-    so such a map would be priced the same; then every node assignment where there are few,
-    else (on a few nodes) each member's mirror, those priced unlike every member
-    (EXACT_FAMILY_MAPS). On one node, or one device a node, only "packed".
+    so such a map would be priced the same; then every node assignment where few fit the
+    nodes' devices (`fitting_assignments_at_most`), else (on a few nodes) each member's
+    mirror, those priced unlike every member (EXACT_FAMILY_MAPS). On one node, or one device
+    a node, only "packed".
 
     >>> [name for name, _ in placement_family(3, 1, 2, 2)]  # [[0, 1, 2]], [[0, 2, 3]]
     ['packed', 'map 1']"""
@@ -1040,12 +1042,10 @@ def placement_family(
         if not any(np.array_equal(assigned, other) for other in seen):
             family.append((placement, ranks))
             seen.append(assigned)
-    # The maps PLACEMENTS miss (EXACT_FAMILY_MAPS): every node assignment where there are
-    # few, else the members' mirrors; each only where no member is priced alike.
+    # The maps PLACEMENTS miss (EXACT_FAMILY_MAPS): every node assignment where few fit the
+    # devices, else the members' mirrors; each only where no member is priced alike.
     S, D, G = num_stages, replicas, devices_per_node
-    if _multisets_at_most(nodes, S, EXACT_FAMILY_MAPS) and _multisets_at_most(
-        math.comb(nodes + S - 1, S), D, EXACT_FAMILY_MAPS
-    ):
+    if fitting_assignments_at_most(S, D, G, nodes, EXACT_FAMILY_MAPS):
         extra = [
             (f"{MAP}{i}", np.array(ranks))
             for i, ranks in enumerate(_every_rank_map(S, D, G, nodes))
@@ -1122,9 +1122,8 @@ def every_rank_map(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, 
     every multiset of D non-decreasing node rows that no node holds more than G cells of,
     its ranks taken in each node in order. The reference the tests and bench_solver.py hold
     the placement family to (tiny clusters only: the count grows combinatorially)."""
-    rows = list(itertools.combinations_with_replacement(range(nodes), S))
     result = []
-    for chosen in itertools.combinations_with_replacement(rows, D):
+    for chosen in _node_assignments(S, D, G, nodes):
         used = [0] * nodes
         ranks = []
         for row in chosen:
@@ -1133,9 +1132,101 @@ def every_rank_map(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, 
                 mapped.append(node * G + used[node])
                 used[node] += 1
             ranks.append(tuple(mapped))
-        if max(used) <= G:
-            result.append(tuple(ranks))
+        result.append(tuple(ranks))
     return result
+
+
+class _OutOfSteps(Exception):
+    """`_node_assignments` took more steps than it was allowed."""
+
+
+def _node_assignments(
+    S: int, D: int, G: int, nodes: int, steps: int | None = None
+) -> Iterator[tuple[tuple[int, ...], ...]]:
+    """The node assignments of `every_rank_map`, in its order: the multisets of D rows (each
+    S non-decreasing nodes; rows in lexicographic order, as `itertools.
+    combinations_with_replacement` of the rows lists them) that no node holds more than G
+    cells of. Only rows that fit the nodes' devices left are tried, and a prefix of rows is
+    extended only while the devices left can hold the rest, so the count of those that fit
+    costs about as much as listing them (not the multisets before the devices' limit, which
+    grow combinatorially). `steps`: _OutOfSteps after that many nodes tried (None: no limit)."""
+    left = [G] * nodes
+    free = [G * nodes]  # devices left over all nodes
+    budget = [math.inf if steps is None else steps]
+
+    def rows(
+        lower: tuple[int, ...], i: int, tight: bool, row: list[int]
+    ) -> Iterator[tuple[int, ...]]:
+        # Row positions i.. (row[:i] chosen), lexicographically from `lower` on while `tight`.
+        if i == S:
+            yield tuple(row)
+            return
+        first = row[i - 1] if i else 0
+        if tight:
+            first = max(first, lower[i])
+        need = S - i
+        room = sum(left[first:])  # what nodes `first`.. can still hold
+        for node in range(first, nodes):
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise _OutOfSteps
+            if room < need:
+                return
+            room -= left[node]
+            if not left[node]:
+                continue
+            left[node] -= 1
+            row[i] = node
+            yield from rows(lower, i + 1, tight and node == lower[i], row)
+            left[node] += 1
+
+    def chosen(d: int, lower: tuple[int, ...], prefix: list) -> Iterator:
+        if d == D:
+            yield tuple(prefix)
+            return
+        for r in rows(lower, 0, True, [0] * S):
+            # `rows` holds this row's cells out of `left` while it is yielded.
+            if free[0] - S >= (D - d - 1) * S:
+                free[0] -= S
+                prefix.append(r)
+                yield from chosen(d + 1, r, prefix)
+                prefix.pop()
+                free[0] += S
+
+    return chosen(0, (0,) * S, [])
+
+
+# `fitting_assignments_at_most` counts (S, D)'s node assignments by a search S + D deep.
+ASSIGNMENT_DEPTH = 256
+
+
+@lru_cache(maxsize=4096)
+def fitting_assignments_at_most(S: int, D: int, G: int, nodes: int, most: int) -> bool:
+    """Whether (S, D) has at most `most` node assignments that fit the cluster (those of
+    `every_rank_map`), counted until `most` + 1 are found; False too where the count takes
+    more than 64 × (`most` + 1) · (S + D) steps (tight clusters of many nodes, where the
+    prefixes that cannot be completed outnumber the assignments) or S + D exceeds
+    ASSIGNMENT_DEPTH (the search's depth): "not known to be few"."""
+    if _multisets_at_most(nodes, S, most) and _multisets_at_most(
+        math.comb(nodes + S - 1, S), D, most
+    ):
+        return True  # few before the devices' limit: fewer that fit
+    if nodes > most and nodes * G > S * D:
+        # The devices the nodes leave free (N − S·D > 0 of them) in a vector not all equal
+        # (one exists), which has at least `nodes` orders: more than `most` fillings of the
+        # nodes, each made by an assignment (the cells listed node by node, cut into rows).
+        return False
+    if S + D > ASSIGNMENT_DEPTH:
+        return False
+    found = 0
+    try:
+        for _ in _node_assignments(S, D, G, nodes, 64 * (most + 1) * (S + D)):
+            found += 1
+            if found > most:
+                return False
+    except _OutOfSteps:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------- run records

@@ -32,6 +32,7 @@ import numpy as np
 
 from pipeplan.costmodel import (
     KEPT_RANK_CELLS,
+    MAP,
     PACKED,
     BoundedCache,
     CostModel,
@@ -99,7 +100,8 @@ WORK_PER_CHILD = 8
 WORK_PER_TABLE_STAGE = 30
 WORK_PER_LEAF_STAGE = 10
 # A search of tens of layers that reaches its work limit goes on as sub-searches, one per
-# (stage count, schedule) of what is still waiting (`_Run.sub_searches`): each the search a
+# (stage count, schedule, whether the map is one of the family's node assignments `map i`)
+# of what is still waiting (`_Run.sub_searches`): each the search a
 # `--stages` and `--schedule` pin would make, from where the whole search left it, with the
 # best layout so far to prune against, within a work limit of its own; together at most
 # SUB_SEARCH_WORK times the phase's limit (and what the plan has left). The forty-second
@@ -1709,7 +1711,8 @@ class _Run:
 
     def sub_searches(self) -> None:
         """Out of work, a search of tens of layers goes on as the sub-searches a user could
-        pin: what waits is split by (stage count, schedule) and each part is searched
+        pin: what waits is split by (stage count, schedule), the node assignments' maps
+        (`costmodel.MAP`) apart from the others, and each part is searched
         best-first alone, diving now and then (DIVE_WORK), within a phase's work limit,
         until its smallest bound reaches the best step (that part proven) or its limit is
         spent; all of them within `sub_search_limit`. The part whose dive found the fastest
@@ -1720,12 +1723,13 @@ class _Run:
         if not self.dense or self.collect or self.phase.pins.boundaries is not None:
             return
         until = self.work + self.phase.sub_search_limit
-        parts: dict[tuple[int, str], list] = {}
+        parts: dict[tuple[int, str, bool], list] = {}
         for entry in self.heap + self.later:
             shape, schedule = entry[3][:2]  # type: ignore[index]
-            parts.setdefault((shape.num_stages, schedule), []).append(entry)
+            key = (shape.num_stages, schedule, shape.placement.startswith(MAP))
+            parts.setdefault(key, []).append(entry)
         self.heap, self.later = [], []
-        found: dict[tuple[int, str], float] = {}
+        found: dict[tuple[int, str, bool], float] = {}
         for key, entries in parts.items():  # one dive each, to order them
             heapq.heapify(entries)
             self.heap, simulated = entries, len(self.simulated)
