@@ -26,7 +26,14 @@ from importlib import resources
 import numpy as np
 
 from pipeplan.cluster import cluster_from_flags
-from pipeplan.costmodel import EXACT_FAMILY_MAPS, MIRRORED_MAX_NODES, CostModel, CostParams
+from pipeplan.costmodel import (
+    EXACT_FAMILY_MAPS,
+    MIRRORED_MAX_NODES,
+    SMALL_CLUSTER_DEVICES,
+    SMALL_CLUSTER_FAMILY_MAPS,
+    CostModel,
+    CostParams,
+)
 from pipeplan.costmodel import every_rank_map as all_maps
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.formats import (
@@ -179,7 +186,8 @@ def family_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...
     if nodes == 1 or G == 1:
         return result
     every = all_maps(S, D, G, nodes)  # tiny clusters only
-    if len(every) <= EXACT_FAMILY_MAPS:
+    small = G * nodes <= SMALL_CLUSTER_DEVICES  # then every assignment up to a larger bound
+    if len(every) <= (SMALL_CLUSTER_FAMILY_MAPS if small else EXACT_FAMILY_MAPS):
         return result + every
     if nodes > MIRRORED_MAX_NODES:
         return result
