@@ -381,12 +381,17 @@ def _no_shape_message(
             f"({model.micro_batch_limit_reason}); {instead}{larger}"
         )
     D = min(even, default=most)
-    if least > global_batch // D:
-        share = f"the {global_batch // D} samples" + (" per replica of" if D > 1 else " of")
+    if least > min(global_batch // D, MAX_MICRO_BATCHES):
+        # Past the limit, a larger batch is no remedy.
+        beyond = f"beyond the limit of {MAX_MICRO_BATCHES:,} per replica and step"
+        instead = "--schedule gpipe or fewer stages"
+        if least <= MAX_MICRO_BATCHES:
+            per = " per replica of" if D > 1 else " of"
+            beyond = f"more than the {global_batch // D} samples{per} global batch {global_batch}"
+            instead = "--schedule gpipe, fewer stages, or a larger --global-batch"
         return (
             f"1F1B over {_pinned_stages(pins)} needs at least {least} micro-batches (one per "
-            f"stage that trains), more than {share} global batch {global_batch}; choose "
-            "--schedule gpipe, fewer stages, or a larger --global-batch"
+            f"stage that trains), {beyond}; choose {instead}"
         )
     nearest = _nearest_global_batch(global_batch, most, pins, cap, least)
     return (
@@ -420,9 +425,10 @@ def _fewest_micro_batches(global_batch: int, even: list[int], cap: int, least: i
 
 def _nearest_global_batch(global_batch: int, most: int, pins: Pins, cap: int, least: int) -> int:
     """The global batch nearest `global_batch` that these pins split, as `candidate_shapes`
-    would (a pinned micro-batch count as given): what the refusals offer instead.
+    would (a pinned micro-batch count as given), the one below first: what the refusals
+    offer instead.
 
-        _nearest_global_batch(1031, 1, Pins(), 16, 1)  # 1032 (129 micro-batches of 8)
+        _nearest_global_batch(1031, 1, Pins(), 16, 1)  # 1030 (103 micro-batches of 10)
     """
 
     def splits(batch: int) -> bool:
@@ -432,6 +438,11 @@ def _nearest_global_batch(global_batch: int, most: int, pins: Pins, cap: int, le
             return any((batch // D) % M == 0 and batch // (D * M) <= cap for D in even)
         return _fewest_micro_batches(batch, even, cap, least) is not None
 
+    # Above the largest batch these pins take (micro-batches of `cap` on `most` replicas,
+    # which splits), the search would walk down to it one by one: it starts there.
+    largest = (pins.micro_batches or MAX_MICRO_BATCHES) * cap * most
+    if global_batch > largest:
+        return largest
     # It ends: micro-batches of one sample split (the pinned count, or `least` of them, on
     # the pinned or one replica), a batch the refusals before this one kept below this one.
     step = 1

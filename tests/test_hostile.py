@@ -758,6 +758,23 @@ def test_a_pinned_layout_without_a_shape_names_its_cause_and_remedy(tmp_path, ca
     assert cli.main(argv) == 0, capsys.readouterr().err
 
 
+def test_1f1b_over_more_stages_than_micro_batches_may_be_says_so(tmp_path, capsys):
+    """The sixty-fifth round's class (a pinned layout's line names its cause): 1F1B pinned
+    over 1,050 stages needs 1,050 micro-batches, past the 1,024 a replica may take a step,
+    whatever the global batch; it was told of divisibility."""
+    profile = tmp_path / "long.json"
+    profile.write_text(json.dumps(long_profile(1100)))
+    argv = ["plan", "--profile", str(profile), "--devices-per-node", "1100", "--freeze", "none"]
+    argv += ["--stages", "1050", "--schedule", "1f1b", "--global-batch", "4096"]
+    argv += ["--epochs", "3", "--samples", "40960", "--out", str(tmp_path / "plan.json")]
+    line = _refusal_line(argv, tmp_path, capsys)
+    assert line == (
+        "pipeplan: error: 1F1B over --stages 1050 needs at least 1050 micro-batches (one per "
+        "stage that trains), beyond the limit of 1,024 per replica and step; choose --schedule "
+        "gpipe or fewer stages"
+    )
+
+
 HUGE = """
 import resource, sys, cli
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
