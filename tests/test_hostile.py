@@ -8,6 +8,7 @@ with the commands they concern.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
@@ -755,6 +756,28 @@ def test_a_pinned_layout_without_a_shape_names_its_cause_and_remedy(tmp_path, ca
     instead = instead.split()
     for flag, value in zip(instead[::2], instead[1::2], strict=True):
         argv[argv.index(flag) + 1] = value
+    assert cli.main(argv) == 0, capsys.readouterr().err
+
+
+def test_micro_batches_past_a_size_that_ran_out_of_memory_are_said_so(tmp_path, capsys):
+    """The sixty-fifth round's line where the profile's limit is a size that ran out of
+    memory: that is the reason given, and profiling larger sizes is no remedy offered."""
+    doc = copy.deepcopy(PROFILE)
+    timing = doc["layers"][1]["timings"][-1]  # micro-batch 8: out of memory
+    timing |= {key: None for key in timing if key.endswith("_s")}
+    timing |= {"feasible": False, "error": "CUDA out of memory"}
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(doc))
+    argv = ["plan", "--profile", str(profile), "--devices-per-node", "1", "--global-batch"]
+    argv += ["64", "--micro-batches", "1", "--epochs", "3", "--samples", "6400"]
+    argv += ["--out", str(tmp_path / "plan.json")]
+    line = _refusal_line(argv, tmp_path, capsys)
+    assert line == (
+        "pipeplan: error: --micro-batches 1 makes micro-batches of 64 samples (global batch "
+        "64), more than the 7 the profile supports (below 8, which ran out of memory); choose "
+        "--micro-batches 16 (the fewest that makes them small enough)"
+    )
+    argv[argv.index("--micro-batches") + 1] = "16"
     assert cli.main(argv) == 0, capsys.readouterr().err
 
 
