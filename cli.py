@@ -226,7 +226,7 @@ def plan(
     for p in result.phases:
         ranks = f"ranks {[list(r) for r in p.layout.rank_map]}, " if several_nodes else ""
         say(
-            f"epoch {p.start_epoch}+{p.epochs}: frozen {p.layout.frozen_layers}, "
+            f"{p.epochs_said()}: frozen {p.layout.frozen_layers}, "
             f"{p.layout.label()}, boundaries {list(p.layout.boundaries)}, {ranks}"
             f"step {p.step_s * 1e3:.1f} ms"
         )

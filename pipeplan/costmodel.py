@@ -356,10 +356,17 @@ class CostModel:
         if self.calibration is not None:
             for kind, fit in self._fits.items():
                 fit *= np.array(self.calibration.scales(kind))  # columns: per call, per sample
-        limit = int(self.params.extrapolation_factor * min(largest_feasible))
+        factor, measured = self.params.extrapolation_factor, min(largest_feasible)
+        limit = int(factor * measured)
+        # Why the limit is what it is, for the refusals that meet it to say (and to say
+        # whether profiling larger sizes would raise it).
+        self.micro_batch_limit_reason = f"{factor:g}× the largest profiled size, {measured}"
+        self.micro_batch_limit_is_memory = False
         bad_sizes = [b for b in smallest_infeasible if b is not None]
-        if bad_sizes:
-            limit = min(limit, min(bad_sizes) - 1)
+        if bad_sizes and min(bad_sizes) - 1 < limit:
+            limit = min(bad_sizes) - 1
+            self.micro_batch_limit_reason = f"below {min(bad_sizes)}, which ran out of memory"
+            self.micro_batch_limit_is_memory = True
         self.max_micro_batch_size = max(1, limit)
         self.param_bytes = np.array([layer.param_bytes for layer in layers], dtype=float)
         self.out_bytes_per_sample = np.array(
@@ -422,9 +429,13 @@ class CostModel:
         if m > self.max_micro_batch_size:
             raise BadArgumentError(
                 f"micro-batch size {m} is beyond what the profile supports "
-                f"(at most {self.max_micro_batch_size}: 2× the largest measured size, below any "
-                "size that ran out of memory); profile larger --micro-batch-sizes or use more "
-                "micro-batches"
+                f"(at most {self.max_micro_batch_size}: {self.micro_batch_limit_reason}); "
+                + (
+                    ""
+                    if self.micro_batch_limit_is_memory
+                    else "profile larger --micro-batch-sizes or "
+                )
+                + "use more micro-batches"
             )
 
     def phase_costs(self, m: int, frozen_layers: int, cached: bool) -> PhaseCosts:

@@ -606,8 +606,7 @@ def _preview_figures(
     for index, timeline in zip(shown, timelines, strict=True):
         phase = preview.plan.phases[index]
         title = (
-            f"phase {index}: epochs {phase.start_epoch}–"
-            f"{phase.start_epoch + phase.epochs - 1}, "
+            f"phase {index}: {phase.epochs_said()}, "
             f"{phase.layout.frozen_layers} frozen, {phase.layout.label()}"
         )
         yield directory / f"phase{index}-step.png", timeline_png(timeline, title)

@@ -334,22 +334,125 @@ def _no_shape_message(
     stages = _pinned_stages(pins) if pins.num_stages else f"1..{possible} stages"
     replicas = f"{pins.replicas}" if pins.replicas else "1" if N // S == 1 else f"1..{N // S}"
     most = pins.replicas or max(N // S, 1)
-    largest = model.max_micro_batch_size * MAX_MICRO_BATCHES * most
+    cap = model.max_micro_batch_size
+    largest = cap * MAX_MICRO_BATCHES * most
     if not pins.micro_batches and global_batch > largest:
         # The cap on micro-batches, not divisibility (forty-seventh round: 8192 over 2
         # replicas of micro-batches of at most 2 was told to be divisible by 1 or 2).
         return (
             f"global batch {global_batch} needs more than {MAX_MICRO_BATCHES:,} micro-batches "
-            f"(the limit per replica and step) of at most {model.max_micro_batch_size} samples "
+            f"(the limit per replica and step) of at most {cap} samples "
             f"on each of at most {most} replicas ({stages}): at most {largest:,} samples; "
             "choose a smaller --global-batch, or profile larger micro-batch sizes"
         )
+    # Pinned 1F1B needs a micro-batch per stage that trains; one stage always can (S = 1).
+    least = training if pins.schedule == "1f1b" else 1
+    even = _replica_counts(global_batch, most, pins)
+    searched = f"{replicas} replica{'s' if replicas != '1' else ''} for {stages}"
+    if pins.micro_batches:
+        M = pins.micro_batches
+        split = [D for D in even if (global_batch // D) % M == 0]
+        if not split:
+            shares = ", ".join(f"{global_batch // D} on {D}" for D in even[:4])
+            nearest = _nearest_global_batch(global_batch, most, pins, cap, least)
+            return (
+                f"--micro-batches {M} divides none of global batch {global_batch}'s shares per "
+                f"replica ({shares}{', …' if len(even) > 4 else ''}; {searched}); choose a "
+                f"--micro-batches that divides one, or a global batch such as {nearest}"
+            )
+        # It divides, and the micro-batches are too big (sixty-fifth round: 64 in one
+        # micro-batch of at most 16 was told to choose a global batch divisible by 1).
+        D = max(split)
+        over = f" over {D} replicas" if D > 1 else ""
+        fewest = _fewest_micro_batches(global_batch, even, cap, least)
+        if fewest is not None:
+            instead = f"choose --micro-batches {fewest} (the fewest that makes them small enough)"
+        else:
+            unpinned = replace(pins, micro_batches=None)
+            nearest = _nearest_global_batch(global_batch, most, unpinned, cap, least)
+            instead = (
+                f"no --micro-batches up to {MAX_MICRO_BATCHES:,} makes them small enough: "
+                f"choose a global batch such as {nearest}"
+            )
+        larger = (
+            "" if model.micro_batch_limit_is_memory else ", or profile larger --micro-batch-sizes"
+        )
+        return (
+            f"--micro-batches {M} makes micro-batches of {global_batch // (D * M)} samples "
+            f"(global batch {global_batch}{over}), more than the {cap} the profile supports "
+            f"({model.micro_batch_limit_reason}); {instead}{larger}"
+        )
+    D = min(even, default=most)
+    if least > min(global_batch // D, MAX_MICRO_BATCHES):
+        # Past the limit, a larger batch is no remedy.
+        beyond = f"beyond the limit of {MAX_MICRO_BATCHES:,} per replica and step"
+        instead = "--schedule gpipe or fewer stages"
+        if least <= MAX_MICRO_BATCHES:
+            per = " per replica of" if D > 1 else " of"
+            beyond = f"more than the {global_batch // D} samples{per} global batch {global_batch}"
+            instead = "--schedule gpipe, fewer stages, or a larger --global-batch"
+        return (
+            f"1F1B over {_pinned_stages(pins)} needs at least {least} micro-batches (one per "
+            f"stage that trains), {beyond}; choose {instead}"
+        )
+    nearest = _nearest_global_batch(global_batch, most, pins, cap, least)
     return (
-        f"global batch {global_batch} cannot be split into whole micro-batches of at most "
-        f"{model.max_micro_batch_size} samples over any replica count ({replicas} for {stages}"
-        + (f", --micro-batches {pins.micro_batches}" if pins.micro_batches else "")
-        + "); choose a global batch divisible by one of them"
+        f"global batch {global_batch} cannot be split evenly into at most {MAX_MICRO_BATCHES:,} "
+        f"micro-batches of at most {cap} samples"
+        + (f", at least {least} of them for 1F1B" if least > 1 else "")
+        + f" on any replica count ({searched}); choose a global batch that can, such as {nearest}"
     )
+
+
+def _replica_counts(global_batch: int, most: int, pins: Pins) -> list[int]:
+    """The replica counts up to `most` (or the pinned one) that split the batch evenly."""
+    counts = [pins.replicas] if pins.replicas else divisors(global_batch)
+    return [d for d in counts if d <= most and global_batch % d == 0]
+
+
+def _fewest_micro_batches(global_batch: int, even: list[int], cap: int, least: int) -> int | None:
+    """The fewest micro-batches, at least `least`, that split a replica's share of the batch
+    (over one of the `even` replica counts) into whole micro-batches of at most `cap`.
+
+        _fewest_micro_batches(64, [1], 16, 1)  # 4
+    """
+    found = [
+        M
+        for D in even
+        for M in divisors(global_batch // D)
+        if least <= M <= MAX_MICRO_BATCHES and global_batch // (D * M) <= cap
+    ]
+    return min(found, default=None)
+
+
+def _nearest_global_batch(global_batch: int, most: int, pins: Pins, cap: int, least: int) -> int:
+    """The global batch nearest `global_batch` that these pins split, as `candidate_shapes`
+    would (a pinned micro-batch count as given), the one below first: what the refusals
+    offer instead.
+
+        _nearest_global_batch(1031, 1, Pins(), 16, 1)  # 1030 (103 micro-batches of 10)
+    """
+
+    def splits(batch: int) -> bool:
+        even = _replica_counts(batch, most, pins)
+        if pins.micro_batches:
+            M = pins.micro_batches
+            return any((batch // D) % M == 0 and batch // (D * M) <= cap for D in even)
+        return _fewest_micro_batches(batch, even, cap, least) is not None
+
+    # Above the largest batch these pins take (micro-batches of `cap` on `most` replicas,
+    # which splits), the search would walk down to it one by one: it starts there.
+    largest = (pins.micro_batches or MAX_MICRO_BATCHES) * cap * most
+    if global_batch > largest:
+        return largest
+    # It ends: micro-batches of one sample split (the pinned count, or `least` of them, on
+    # the pinned or one replica), a batch the refusals before this one kept below this one.
+    step = 1
+    while True:
+        for batch in (global_batch - step, global_batch + step):
+            if batch >= 1 and splits(batch):
+                return batch
+        step += 1
 
 
 @dataclass(frozen=True)

@@ -170,6 +170,33 @@ def test_plan_is_byte_identical_and_valid_against_its_schema(tmp_path, capsys):
     jsonschema.validate(json.loads(first.read_text()), json.loads(capsys.readouterr().out))
 
 
+def test_plan_says_each_phases_epochs_as_preview_numbers_them(tmp_path, capsys):
+    """Found by the sixty-fifth round: `plan` printed each phase as `epoch 4+6: …` (start +
+    count), explained nowhere, easily read as epoch 10 or epochs 4 to 6. Each line names its
+    epochs as `epoch 1` or `epochs 4–9`, numbered from 0 as the plan's `start_epoch` and
+    `preview`'s table number them: the epochs `preview` gives the same layout."""
+    out = tmp_path / "plan.json"
+    assert cli.main(["plan", "--profile", PROFILE, *CLUSTER, "--out", str(out)]) == 0
+    lines = capsys.readouterr().err.splitlines()[:-1]
+    assert cli.main(["preview", "--profile", PROFILE, *CLUSTER, "--json"]) == 0
+    previewed = json.loads(capsys.readouterr().out)["epochs"]
+    phases = json.loads(out.read_text())["phases"]
+    assert len(lines) == len(phases) > 2, lines
+    said = []
+    for line, phase in zip(lines, phases, strict=True):
+        named = re.match(r"(epoch (\d+)|epochs (\d+)–(\d+)): frozen (\d+), ", line)
+        assert named, line
+        first = int(named[2] or named[3])
+        last = int(named[2] or named[4])
+        assert (first, last - first + 1) == (phase["start_epoch"], phase["epochs"]), line
+        assert (named[3] is not None) == (phase["epochs"] > 1), line  # one epoch: "epoch"
+        for epoch in range(first, last + 1):
+            assert previewed[epoch]["epoch"] == epoch
+            assert previewed[epoch]["layout"]["frozen_layers"] == int(named[5]), line
+        said += range(first, last + 1)
+    assert said == list(range(len(previewed))), lines
+
+
 def test_preview_json_has_the_speedup_and_writes_plots(tmp_path, capsys):
     args = ["preview", "--profile", PROFILE, *CLUSTER, "--json", "--plot", str(tmp_path)]
     assert cli.main(args) == 0
@@ -770,7 +797,7 @@ def test_a_status_line_stays_one_line_whatever_the_terminal_width(tmp_path, caps
     captured = capsys.readouterr()
     err = captured.err.splitlines()
     assert err[-1].startswith(f"wrote {out} (predicted total "), err
-    assert all(line.startswith(("epoch ", "wrote ")) for line in err), err
+    assert all(line.startswith(("epoch ", "epochs ", "wrote ")) for line in err), err
     lines = captured.out.splitlines()  # preview's lines after its tables: one of 200+ characters
     assert any(line.startswith("  later case: ") and line.endswith("))") for line in lines), lines
 

@@ -6,6 +6,7 @@ import sys
 import textwrap
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -442,6 +443,64 @@ def test_check_compatible_rejects_bad_items(user_file, synth, bert):
     _one_line_error(D.check_compatible, D.TaskData("x", int32, int32), bert, match="int64")
     empty = D.TaskData("x", D.TensorPairs(torch.zeros(0, 32).long(), torch.zeros(0).long()), [])
     _one_line_error(D.check_compatible, empty, bert, match="no training samples")
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "said"),
+    [
+        (([3, 4], 0), None, "train item 0's input is list, not a tensor"),
+        (
+            ({"input_ids": torch.ones(32).long()}, 0),
+            None,
+            "train item 0's input is dict, not a tensor",
+        ),
+        ((np.ones(32), 0), None, "train item 0's input is numpy.ndarray, not a tensor"),
+        (
+            (torch.ones(32).long(), torch.tensor(0.0)),
+            None,
+            "train item 0's label is float32 tensor of shape (): labels must be int64 scalar "
+            "tensors (torch.tensor(label)), or int64 token ids for causal-lm",
+        ),
+        (
+            None,
+            (torch.ones(32).long(), np.int64(1)),
+            "train item 5's label is numpy.int64: labels must be int64 scalar tensors "
+            "(torch.tensor(label)), or int64 token ids for causal-lm",
+        ),
+        (
+            None,
+            (torch.ones(31).long(), torch.tensor(0)),
+            "train item 0's input is int64 tensor of shape (32,) and item 5's int64 tensor of "
+            "shape (31,): every item's input must have one shape and dtype",
+        ),
+        (
+            None,
+            (torch.ones(32).long(), torch.tensor([0])),
+            "train item 0's label is int64 tensor of shape () and item 5's int64 tensor of "
+            "shape (1,): every item's label must have one shape and dtype",
+        ),
+    ],
+    ids=["list", "dict", "numpy", "float label", "numpy label", "input shapes", "label shapes"],
+)
+def test_an_item_of_the_wrong_kind_is_named_with_what_it_holds(synth, bert, first, last, said):
+    """Found by the sixty-fifth round: a data function whose items' inputs were a list, a
+    dict or a numpy array was refused as "data 'm:load': train inputs must be tensors",
+    naming neither the item nor what it held, and two items of two shapes as "train inputs
+    differ in shape or dtype"; every other wrong item is named with its kind. The launcher's
+    check of the first and last items names the item and what it holds."""
+    good = (torch.ones(32).long(), torch.tensor(0))
+    held = {0: first or good, 5: last or good}
+
+    class Items:
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            x, y = held.get(i, good)
+            return x, torch.tensor(y) if isinstance(y, int) else y
+
+    odd = D.TaskData("m:load", Items(), synth.eval)
+    assert _one_line_error(D.check_compatible, odd, bert) == f"data 'm:load': {said}"
 
 
 def test_errors_are_pipeplan_errors():

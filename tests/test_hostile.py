@@ -8,6 +8,7 @@ with the commands they concern.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
@@ -676,6 +677,125 @@ def test_a_global_batch_past_the_micro_batch_limit_says_so(tmp_path, capsys, com
     refused(argv, tmp_path, capsys, fragment)
     argv[argv.index(str(2 * largest))] = str(largest)
     assert cli.main(argv) == 0, capsys.readouterr().err
+
+
+# Each pinned combination that leaves no shape, on the bert-tiny profile (largest profiled
+# micro-batch 8, so at most 16 samples a micro-batch): its flags, its whole line, and the
+# flag values the line offers instead, which plan.
+_CAP = "more than the 16 the profile supports (2× the largest profiled size, 8)"
+_NO_SHAPE = {
+    "micro-batches too big": (
+        "--devices-per-node 1 --global-batch 64 --micro-batches 1",
+        f"--micro-batches 1 makes micro-batches of 64 samples (global batch 64), {_CAP}; "
+        "choose --micro-batches 4 (the fewest that makes them small enough), or profile "
+        "larger --micro-batch-sizes",
+        "--micro-batches 4",
+    ),
+    "stages and micro-batches, over replicas": (
+        "--devices-per-node 4 --global-batch 96 --stages 2 --micro-batches 1",
+        f"--micro-batches 1 makes micro-batches of 48 samples (global batch 96 over 2 "
+        f"replicas), {_CAP}; choose --micro-batches 3 (the fewest that makes them small "
+        "enough), or profile larger --micro-batch-sizes",
+        "--micro-batches 3",
+    ),
+    "boundaries, 1F1B and micro-batches": (
+        "--devices-per-node 4 --global-batch 96 --boundaries 0,2,6 --schedule 1f1b "
+        "--micro-batches 2",
+        f"--micro-batches 2 makes micro-batches of 24 samples (global batch 96 over 2 "
+        f"replicas), {_CAP}; choose --micro-batches 3 (the fewest that makes them small "
+        "enough), or profile larger --micro-batch-sizes",
+        "--micro-batches 3",
+    ),
+    "no count small enough": (
+        "--devices-per-node 1 --global-batch 1031 --micro-batches 1",
+        f"--micro-batches 1 makes micro-batches of 1031 samples (global batch 1031), {_CAP}; "
+        "no --micro-batches up to 1,024 makes them small enough: choose a global batch such "
+        "as 1030, or profile larger --micro-batch-sizes",
+        "--global-batch 1030 --micro-batches 103",
+    ),
+    "micro-batches that divide no share": (
+        "--devices-per-node 2 --global-batch 64 --micro-batches 3",
+        "--micro-batches 3 divides none of global batch 64's shares per replica (64 on 1, 32 "
+        "on 2; 1..2 replicas for 1..2 stages); choose a --micro-batches that divides one, or "
+        "a global batch such as 66",
+        "--global-batch 66",
+    ),
+    "1F1B over more stages than samples": (
+        "--devices-per-node 4 --global-batch 2 --stages 4 --schedule 1f1b",
+        "1F1B over --stages 4 needs at least 4 micro-batches (one per stage that trains), "
+        "more than the 2 samples of global batch 2; choose --schedule gpipe, fewer stages, or "
+        "a larger --global-batch",
+        "--schedule gpipe",
+    ),
+    "a batch no count splits": (
+        "--devices-per-node 1 --global-batch 1031",
+        "global batch 1031 cannot be split evenly into at most 1,024 micro-batches of at most "
+        "16 samples on any replica count (1 replica for 1..1 stages); choose a global batch "
+        "that can, such as 1030",
+        "--global-batch 1030",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(_NO_SHAPE))
+def test_a_pinned_layout_without_a_shape_names_its_cause_and_remedy(tmp_path, capsys, case):
+    """Found by the sixty-fifth round: `plan --global-batch 64 --micro-batches 1` on one
+    device said the batch "cannot be split into whole micro-batches of at most 16 samples …;
+    choose a global batch divisible by one of them", which 64 is: one micro-batch of 64 is
+    past the profile's 16. Every pinned combination's line names its own cause, divisibility
+    only where it is one, and the remedy it offers plans."""
+    given, line, instead = _NO_SHAPE[case]
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    argv = ["plan", "--profile", str(profile), "--epochs", "3", "--samples", "6400"]
+    argv += [*given.split(), "--out", str(tmp_path / "plan.json")]
+    before = snapshot(tmp_path)
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [f"pipeplan: error: {line}"]
+    assert snapshot(tmp_path) == before
+    instead = instead.split()
+    for flag, value in zip(instead[::2], instead[1::2], strict=True):
+        argv[argv.index(flag) + 1] = value
+    assert cli.main(argv) == 0, capsys.readouterr().err
+
+
+def test_micro_batches_past_a_size_that_ran_out_of_memory_are_said_so(tmp_path, capsys):
+    """The sixty-fifth round's line where the profile's limit is a size that ran out of
+    memory: that is the reason given, and profiling larger sizes is no remedy offered."""
+    doc = copy.deepcopy(PROFILE)
+    timing = doc["layers"][1]["timings"][-1]  # micro-batch 8: out of memory
+    timing |= {key: None for key in timing if key.endswith("_s")}
+    timing |= {"feasible": False, "error": "CUDA out of memory"}
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(doc))
+    argv = ["plan", "--profile", str(profile), "--devices-per-node", "1", "--global-batch"]
+    argv += ["64", "--micro-batches", "1", "--epochs", "3", "--samples", "6400"]
+    argv += ["--out", str(tmp_path / "plan.json")]
+    line = _refusal_line(argv, tmp_path, capsys)
+    assert line == (
+        "pipeplan: error: --micro-batches 1 makes micro-batches of 64 samples (global batch "
+        "64), more than the 7 the profile supports (below 8, which ran out of memory); choose "
+        "--micro-batches 16 (the fewest that makes them small enough)"
+    )
+    argv[argv.index("--micro-batches") + 1] = "16"
+    assert cli.main(argv) == 0, capsys.readouterr().err
+
+
+def test_1f1b_over_more_stages_than_micro_batches_may_be_says_so(tmp_path, capsys):
+    """The sixty-fifth round's class (a pinned layout's line names its cause): 1F1B pinned
+    over 1,050 stages needs 1,050 micro-batches, past the 1,024 a replica may take a step,
+    whatever the global batch; it was told of divisibility."""
+    profile = tmp_path / "long.json"
+    profile.write_text(json.dumps(long_profile(1100)))
+    argv = ["plan", "--profile", str(profile), "--devices-per-node", "1100", "--freeze", "none"]
+    argv += ["--stages", "1050", "--schedule", "1f1b", "--global-batch", "4096"]
+    argv += ["--epochs", "3", "--samples", "40960", "--out", str(tmp_path / "plan.json")]
+    line = _refusal_line(argv, tmp_path, capsys)
+    assert line == (
+        "pipeplan: error: 1F1B over --stages 1050 needs at least 1050 micro-batches (one per "
+        "stage that trains), beyond the limit of 1,024 per replica and step; choose --schedule "
+        "gpipe or fewer stages"
+    )
 
 
 HUGE = """

@@ -44,9 +44,19 @@ def test_the_first_command_is_the_demo_test_demo_runs():
 
 
 def test_the_readme_preview(capsys, monkeypatch):
+    """The README's preview runs, and prints the schedules the README quotes for it (found by
+    the sixty-fifth round: it quoted vit-digits' `0 4 6 7 8×2 9×4` for bert-tiny)."""
     monkeypatch.chdir(ROOT)  # the README's paths are relative to the checkout
     assert cli.main(command("preview")) == 0
-    assert "speedup" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "speedup" in out
+    text = (ROOT / "README.md").read_text()
+    after = text.index("```", text.index("pipeplan preview --profile profiles/bert-tiny")) + 3
+    said = text[after : text.index("\n\n", after + 1)]
+    quoted = re.findall(r"`([0-9][0-9× ]*)` in the\s+(best|later) case", said)
+    assert len(quoted) == 2, said
+    for schedule, case in quoted:
+        assert f"{case} case: {schedule}: " in out, (case, schedule)
 
 
 @pytest.mark.multiprocess

@@ -201,6 +201,13 @@ class PhasePlan(Strict):
             close_enough("total_s", self.total_s, high, scale, f"is above {words} most")
         return self
 
+    def epochs_said(self) -> str:
+        """The phase's epochs, numbered from 0 as `start_epoch`, `preview`'s table and the
+        run's files number them: `epoch 0`, `epochs 4–9` (start 4, 6 epochs)."""
+        if self.epochs == 1:
+            return f"epoch {self.start_epoch}"
+        return f"epochs {self.start_epoch}–{self.start_epoch + self.epochs - 1}"
+
 
 class PlanInputs(Strict):
     profile: ProfileIdentity
