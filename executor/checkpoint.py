@@ -70,9 +70,10 @@ T = TypeVar("T")
 KEEP = 2  # checkpoints kept: the newest and the one before it
 FILES = ("model.pt", "optimizer.pt", "rng.pt")  # beside manifest.json, which names their sha256
 # A resume that changes the run's configuration (more epochs, another world size) writes it
-# here; the first checkpoint taken under it (or the resumed run's end) makes it run.json. So
-# run.json always describes the checkpoints beside it, and a resume that fails before taking
-# one leaves run.json as it was.
+# here; the first checkpoint taken under it (or the resumed run's end) makes it run.json, in
+# the step that puts the checkpoint in place (`_write`). So run.json describes the checkpoints
+# beside it (or, a kill inside that step, is ahead of them as a resume is: `_write`), and a
+# resume that fails before taking one leaves run.json as it was.
 PENDING_CONFIG = "run.resume.json"
 # What `--resume` may change in run.json (given as flags, or found edited): the world size
 # (re-planned), more epochs (the cosine of the learning rate stretches over the new total from
@@ -166,10 +167,17 @@ def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest
         if writer is not None:
             writer.unlink()
         shutil.rmtree(final, ignore_errors=True)
-        with stops_deferred():  # the folder in place and `latest` naming it, or neither
+        # One step that a stop waits for; SIGKILL waits for nothing, so every point inside it
+        # must leave a run that resume, export and report take. run.json first: committed
+        # after `latest`, a kill between left a checkpoint trained with --epochs 3 beside a
+        # run.json of 2, refused by all three (the sixty-fifth round). Committed first, it is
+        # ahead of the checkpoints at most in RESUMABLE fields, epochs only grown: what any
+        # resume's configuration is beside its checkpoint (`check_trained_with`). Rank 0
+        # alone commits it, on its own node.
+        with stops_deferred():
+            commit_config(run_dir)
             os.replace(tmp, final)
             write_atomic(root / "latest", final.name + "\n")
-        commit_config(run_dir)
     except BaseException as exc:
         # torch.save reports a full disk as a RuntimeError from its zip writer, not an
         # OSError: any failure, Ctrl-C too, removes the partial directory and keeps the
