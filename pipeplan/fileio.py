@@ -743,7 +743,8 @@ def restore_replaced(checkpoints: int) -> None:
     their step (`.old-step-N/`): renamed back where `step-N/` is missing (rank 0 killed
     outright between the two renames: `latest` named a folder that was gone, and the resume,
     export and report were refused, the sixty-fifth round), else removed (killed or stopped
-    once the new one was in place). Only this user's folders; called where no rank writes
+    once the new one was in place). Only this user's folders holding a manifest.json (a
+    checkpoint's); called where no rank writes
     (a claim, a read, `checkpoint.remove_partial`). Never raises.
 
         restore_replaced(os.open("runs/k/checkpoints", os.O_RDONLY | os.O_DIRECTORY))
@@ -759,6 +760,10 @@ def restore_replaced(checkpoints: int) -> None:
         with suppress(OSError):
             found = os.stat(entry, dir_fd=checkpoints, follow_symlinks=False)
             if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
+                continue
+            # A checkpoint's, holding its manifest: a user's folder of the name is not judged.
+            manifest = os.stat(f"{entry}/manifest.json", dir_fd=checkpoints, follow_symlinks=False)
+            if not stat.S_ISREG(manifest.st_mode):
                 continue
             try:
                 os.stat(named[1], dir_fd=checkpoints, follow_symlinks=False)

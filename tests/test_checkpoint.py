@@ -603,6 +603,32 @@ def test_a_kill_as_a_resume_rewrites_its_latest_checkpoint_leaves_a_usable_run(t
         assert not (run / checkpoint.PENDING_CONFIG).exists()
 
 
+def test_a_checkpoint_renamed_aside_goes_back_where_its_step_is_missing(tmp_path):
+    """Found by the sixty-fifth round (with the kill above): a checkpoint rewritten at its own
+    step is renamed `.old-step-N/` until the new one is in place. Left by a kill, it is
+    renamed back where `step-N/` is missing and removed where it is not, by the launcher's
+    clean-up and by any command that claims or reads the run; a folder or file of the name
+    that is not a checkpoint's (no manifest.json) is a user's, left alone."""
+    from executor import checkpoint
+    from pipeplan import fileio
+
+    points = tmp_path / "checkpoints"
+    for name in (".old-step-4", ".old-step-2", "step-2", ".old-step-6"):
+        (points / name).mkdir(parents=True)
+        (points / name / "model.pt").write_text(name)
+        if name != ".old-step-6":
+            (points / name / "manifest.json").write_text("{}")
+    (points / ".old-step-8").write_text("mine")
+    checkpoint.remove_partial(tmp_path)
+    kept = [".old-step-6", ".old-step-8", "step-2", "step-4"]
+    assert sorted(os.listdir(points)) == kept
+    assert (points / "step-4" / "model.pt").read_text() == ".old-step-4"
+    assert (points / "step-2" / "model.pt").read_text() == "step-2"
+    shutil.move(points / "step-4", points / ".old-step-4")
+    with fileio.reading_run(tmp_path):  # a report's read
+        assert sorted(os.listdir(points)) == kept
+
+
 def test_remove_partial_does_not_follow_a_linked_checkpoints_folder(tmp_path):
     """Found by the twenty-fifth round (the clean-up above): a checkpoints/ that is a link
     leads out of the run; what lies there is not the run's to remove."""
