@@ -55,7 +55,9 @@ from pipeplan.errors import (
 from pipeplan.fileio import (
     CHECKPOINT_WRITER,
     EXPORT_FOLDER,
+    REPLACED,
     TEMPORARY_PART,
+    restore_replaced,
     stops_deferred,
     stops_raised,
     write_atomic,
@@ -70,9 +72,10 @@ T = TypeVar("T")
 KEEP = 2  # checkpoints kept: the newest and the one before it
 FILES = ("model.pt", "optimizer.pt", "rng.pt")  # beside manifest.json, which names their sha256
 # A resume that changes the run's configuration (more epochs, another world size) writes it
-# here; the first checkpoint taken under it (or the resumed run's end) makes it run.json. So
-# run.json always describes the checkpoints beside it, and a resume that fails before taking
-# one leaves run.json as it was.
+# here; the first checkpoint taken under it (or the resumed run's end) makes it run.json, in
+# the step that puts the checkpoint in place (`_write`). So run.json describes the checkpoints
+# beside it (or, a kill inside that step, is ahead of them as a resume is: `_write`), and a
+# resume that fails before taking one leaves run.json as it was.
 PENDING_CONFIG = "run.resume.json"
 # What `--resume` may change in run.json (given as flags, or found edited): the world size
 # (re-planned), more epochs (the cosine of the learning rate stretches over the new total from
@@ -134,11 +137,14 @@ def save(
 
 def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest) -> Path:
     """Rank 0's part of `save`: `tensors` ({file name: what it holds}) and the manifest into
-    `.tmp-step-N/`, fsynced, renamed `step-N/`, then pointed at by `latest`. Whatever stops
-    it, the temporary folder goes (`remove_partial` for a rank killed outright)."""
+    `.tmp-step-N/`, fsynced, renamed `step-N/` (a resume's run.resume.json committed first,
+    an older `step-N/` renamed aside until then), then pointed at by `latest`. Whatever stops
+    it, the temporary folder goes (`remove_partial` for a rank killed outright) and the
+    checkpoint `latest` named stays."""
     root = run_dir / "checkpoints"
     final = root / f"step-{manifest.step}"
     tmp = root / f"{PARTIAL}{final.name}"
+    aside = root / f"{REPLACED}{final.name}"
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         # Never the run directory itself: one moved away mid-run was made again, with a
@@ -165,11 +171,25 @@ def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest
                 os.fsync(handle.fileno())
         if writer is not None:
             writer.unlink()
-        shutil.rmtree(final, ignore_errors=True)
-        with stops_deferred():  # the folder in place and `latest` naming it, or neither
+        _restore_replaced(root)  # one a killed write left: the rename aside needs its name
+        # One step that a stop waits for; SIGKILL waits for nothing, so every point inside it
+        # must leave a run that resume, export and report take. run.json first: committed
+        # after `latest`, a kill between left a checkpoint trained with --epochs 3 beside a
+        # run.json of 2, refused by all three (the sixty-fifth round). Committed first, it is
+        # ahead of the checkpoints at most in RESUMABLE fields, epochs only grown: what any
+        # resume's configuration is beside its checkpoint (`check_trained_with`). Rank 0
+        # alone commits it, on its own node. A checkpoint of the same step (a resume's freeze
+        # decision at its first step) is renamed aside, not deleted, until the new one is in
+        # place: deleted first, a stop left `latest` naming a folder half gone or gone (the
+        # sixty-fifth round). A kill between the two renames leaves `.old-step-N/`, which a
+        # claim or read of the run renames back (`restore_replaced`).
+        with stops_deferred():
+            commit_config(run_dir)
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(final, aside)
             os.replace(tmp, final)
             write_atomic(root / "latest", final.name + "\n")
-        commit_config(run_dir)
+        shutil.rmtree(aside, ignore_errors=True)
     except BaseException as exc:
         # torch.save reports a full disk as a RuntimeError from its zip writer, not an
         # OSError: any failure, Ctrl-C too, removes the partial directory and keeps the
@@ -178,6 +198,7 @@ def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest
             write_failure(exc, root) or excerpt(" ".join(str(exc).split())) or type(exc).__name__
         )
         shutil.rmtree(tmp, ignore_errors=True)
+        _restore_replaced(root)  # the old one back where the new one failed to take its place
         if not isinstance(exc, Exception):  # Ctrl-C, SystemExit: nothing to explain
             raise
         if not reason.startswith(os.strerror(errno.EFBIG)):  # a full disk, or unknown
@@ -276,13 +297,29 @@ def remove_partial(run_dir: Path) -> list[Path]:
     (SIGKILL, or SIGTERM under torchrun outside a write) cannot. Only where no rank of the
     run writes: `pipeplan run`'s launcher once every rank is gone, a resume's rank 0 before
     it trains. Never a complete checkpoint (`step-N/`), nor a link, nor a folder where a file
-    is named or a file where a folder is. Never raises."""
+    is named or a file where a folder is; one renamed aside to rewrite its step goes back in
+    its place where that is empty (`fileio.restore_replaced`). Never raises."""
+    _restore_replaced(run_dir / "checkpoints")
     return [
         Path(entry.path)
         for folder in PARTIAL_FOLDERS
         for entry in _entries(run_dir / folder)
         if _remove_if_partial(entry, folder)
     ]
+
+
+def _restore_replaced(root: Path) -> None:
+    """`fileio.restore_replaced` on the checkpoints folder `root` (a run's checkpoints/),
+    unless it is missing or a link. Never raises."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        folder = os.open(root, flags)
+    except OSError:
+        return
+    try:
+        restore_replaced(folder)
+    finally:
+        os.close(folder)
 
 
 def _remove_if_partial(entry: os.DirEntry[str], folder: str) -> bool:

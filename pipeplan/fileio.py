@@ -716,18 +716,61 @@ def _remove_dead_checkpoints(run: HeldFolder) -> None:
     checkpoint left `.tmp-step-5/`, which the resume it refused ("no checkpoint to resume
     from") never removed, nor report or export (the sixty-fourth round). Only a folder named
     as a checkpoint's and holding its writer's mark; one without (its writer killed as it made
-    it, or no /proc) is the next resume's to remove (`checkpoint.remove_partial`)."""
+    it, or no /proc) is the next resume's to remove (`checkpoint.remove_partial`). A checkpoint
+    renamed aside to rewrite its step is put back first (`restore_replaced`)."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         checkpoints = os.open("checkpoints", flags, dir_fd=run.fd)
     except OSError:
         return
     try:
+        restore_replaced(checkpoints)
         for entry in os.listdir(checkpoints):
             if CHECKPOINT_FOLDER.fullmatch(entry) and _writer_gone(checkpoints, entry):
                 shutil.rmtree(entry, dir_fd=checkpoints, ignore_errors=True)
     finally:
         os.close(checkpoints)
+
+
+# A checkpoint rank 0 renamed aside (`.old-step-N/`) to put a new one of the same step in its
+# place (`executor.checkpoint._write`), until that one is there.
+REPLACED = ".old-"
+REPLACED_CHECKPOINT = re.compile(rf"{re.escape(REPLACED)}(step-[0-9]{{1,12}})")
+
+
+def restore_replaced(checkpoints: int) -> None:
+    """The checkpoints in the open `checkpoints` folder that rank 0 renamed aside to rewrite
+    their step (`.old-step-N/`): renamed back where `step-N/` is missing (rank 0 killed
+    outright between the two renames: `latest` named a folder that was gone, and the resume,
+    export and report were refused, the sixty-fifth round), else removed (killed or stopped
+    once the new one was in place). Only this user's folders holding a manifest.json (a
+    checkpoint's); called where no rank writes
+    (a claim, a read, `checkpoint.remove_partial`). Never raises.
+
+        restore_replaced(os.open("runs/k/checkpoints", os.O_RDONLY | os.O_DIRECTORY))
+    """
+    try:
+        entries = os.listdir(checkpoints)
+    except OSError:
+        return
+    for entry in entries:
+        named = REPLACED_CHECKPOINT.fullmatch(entry)
+        if named is None:
+            continue
+        with suppress(OSError):
+            found = os.stat(entry, dir_fd=checkpoints, follow_symlinks=False)
+            if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
+                continue
+            # A checkpoint's, holding its manifest: a user's folder of the name is not judged.
+            manifest = os.stat(f"{entry}/manifest.json", dir_fd=checkpoints, follow_symlinks=False)
+            if not stat.S_ISREG(manifest.st_mode):
+                continue
+            try:
+                os.stat(named[1], dir_fd=checkpoints, follow_symlinks=False)
+            except FileNotFoundError:  # the new one never came: the old one is the checkpoint
+                os.rename(entry, named[1], src_dir_fd=checkpoints, dst_dir_fd=checkpoints)
+            else:
+                shutil.rmtree(entry, dir_fd=checkpoints, ignore_errors=True)
 
 
 def _writer_gone(checkpoints: int, name: str) -> bool:

@@ -528,6 +528,107 @@ def test_a_checkpoint_names_its_writer_until_it_is_whole(tmp_path, monkeypatch):
     assert sorted(os.listdir(final)) == ["manifest.json", "model.pt"]
 
 
+def _killed_in_write(run: Path, tensors: dict, manifest, kill_at: int) -> bool:
+    """`checkpoint._write(run, tensors, manifest)` in a forked child killed outright (SIGKILL:
+    no handler, no clean-up runs) as it calls its `kill_at`-th rename (os.replace or
+    os.rename, 1 the first); never killed where it makes fewer. Whether it was killed."""
+    from executor import checkpoint
+
+    made = run / "renames"
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child's)
+        try:
+            calls = []
+
+            def renaming(real):
+                def rename(src, dst, *args, **kwargs):
+                    calls.append(Path(dst).name)
+                    if len(calls) == kill_at:
+                        made.write_text("killed")
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    return real(src, dst, *args, **kwargs)
+
+                return rename
+
+            os.replace, os.rename = renaming(os.replace), renaming(os.rename)
+            checkpoint._write(run, tensors, manifest)
+            made.write_text(f"done after {len(calls)} renames")
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    said = made.read_text()
+    made.unlink()
+    return said == "killed"
+
+
+@pytest.mark.parametrize("kill_at", range(1, 6))
+def test_a_kill_as_a_resume_rewrites_its_latest_checkpoint_leaves_a_usable_run(tmp_path, kill_at):
+    """Found by the sixty-fifth round: a resume that adds epochs to a finished run rewrites
+    its latest checkpoint (step-4, the freeze decision taken at once) and commits
+    run.resume.json to run.json. Killed outright (SIGKILL, the OOM killer) between the
+    checkpoint's `latest` and that commit, run.json said 2 epochs beside a checkpoint trained
+    with 3; killed after the old step-4 was deleted and before the new one took its name,
+    `latest` named a folder that was gone. Resume, export and report were refused for good.
+    Killed at every rename of the write, the run reads as a report reads it (its leftovers
+    cleaned as it is read) and holds one whole step-4, the old or the new, under a run.json
+    that takes it; the launcher's clean-up leaves nothing else."""
+    from executor import checkpoint
+    from pipeplan import fileio
+    from pipeplan.formats import RunConfig, dumps, load
+
+    run = tmp_path / "r"
+    run.mkdir()
+    two = _manifest(4).config.model_copy(update={"epochs": 2})
+    three = two.model_copy(update={"epochs": 3})
+    (run / "run.json").write_text(dumps(two))
+    files = ("model.pt", "optimizer.pt", "rng.pt")
+    old = {name: {"w": torch.full((4,), 2.0)} for name in files}
+    checkpoint._write(run, old, _manifest(4).model_copy(update={"config": two}))
+    (run / checkpoint.PENDING_CONFIG).write_text(dumps(three))  # the resume's --epochs 3
+    new = {name: {"w": torch.full((4,), 3.0)} for name in files}
+    killed = _killed_in_write(run, new, _manifest(4).model_copy(update={"config": three}), kill_at)
+    with fileio.reading_run(run):
+        cfg = load(RunConfig, run / "run.json")
+        checkpoint.check_kept_trained_with(run, cfg)  # resume's first check
+        manifest = checkpoint.check_latest_trained_with(run, cfg)  # report's and calibrate's
+    assert manifest is not None and manifest.step == 4
+    step = checkpoint.latest(run, "export")
+    weights = torch.load(step / "model.pt", weights_only=True)["w"]
+    assert torch.equal(weights, torch.full((4,), float(manifest.config.epochs)))
+    assert cfg.epochs >= manifest.config.epochs
+    checkpoint.remove_partial(run)  # the launcher's, once the killed rank is gone
+    assert sorted(os.listdir(run / "checkpoints")) == ["latest", "step-4"]
+    if not killed:  # the whole write done
+        assert (cfg.epochs, manifest.config.epochs) == (3, 3)
+        assert not (run / checkpoint.PENDING_CONFIG).exists()
+
+
+def test_a_checkpoint_renamed_aside_goes_back_where_its_step_is_missing(tmp_path):
+    """Found by the sixty-fifth round (with the kill above): a checkpoint rewritten at its own
+    step is renamed `.old-step-N/` until the new one is in place. Left by a kill, it is
+    renamed back where `step-N/` is missing and removed where it is not, by the launcher's
+    clean-up and by any command that claims or reads the run; a folder or file of the name
+    that is not a checkpoint's (no manifest.json) is a user's, left alone."""
+    from executor import checkpoint
+    from pipeplan import fileio
+
+    points = tmp_path / "checkpoints"
+    for name in (".old-step-4", ".old-step-2", "step-2", ".old-step-6"):
+        (points / name).mkdir(parents=True)
+        (points / name / "model.pt").write_text(name)
+        if name != ".old-step-6":
+            (points / name / "manifest.json").write_text("{}")
+    (points / ".old-step-8").write_text("mine")
+    checkpoint.remove_partial(tmp_path)
+    kept = [".old-step-6", ".old-step-8", "step-2", "step-4"]
+    assert sorted(os.listdir(points)) == kept
+    assert (points / "step-4" / "model.pt").read_text() == ".old-step-4"
+    assert (points / "step-2" / "model.pt").read_text() == "step-2"
+    shutil.move(points / "step-4", points / ".old-step-4")
+    with fileio.reading_run(tmp_path):  # a report's read
+        assert sorted(os.listdir(points)) == kept
+
+
 def test_remove_partial_does_not_follow_a_linked_checkpoints_folder(tmp_path):
     """Found by the twenty-fifth round (the clean-up above): a checkpoints/ that is a link
     leads out of the run; what lies there is not the run's to remove."""
