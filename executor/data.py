@@ -2754,6 +2754,12 @@ RANK_LIBRARIES = (
     "huggingface_hub.serialization._base",
     "huggingface_hub.serialization._torch",
     "huggingface_hub.dataclasses",
+)
+# And compared at a rank's writes (at each epoch's end, before each checkpoint and its model:
+# `check_rank_held`), not after each batch read, where `functions_kept` already holds them
+# around the reads themselves (~0.3 ms more a batch, which the checks before any write make
+# needless: nothing trained with a change is written).
+RANK_AT_WRITES = (
     # What only `functions_kept` held, around each batch's reads: torch's own functions, its
     # functional layers, the optimizer a rank steps and torch.save's module. Found by the
     # sixty-fifth round: a thread a `__getitem__` started set, between two batches' reads,
@@ -2763,12 +2769,13 @@ RANK_LIBRARIES = (
     # What `save_pretrained` and `torch.save` reach to turn each tensor into bytes (traced as
     # above): numpy's ctypes view (`np.ctypeslib.as_array`, safetensors.torch's `_tobytes`),
     # ctypes' `cast` and `POINTER`, numpy's `prod` and `asarray`, torch's storages, a
-    # Parameter and the state dict's deep copy. Found by the sixty-fifth round: a `__getitem__`
-    # that set `numpy.ctypeslib.as_array` to give zeros wrote an all-zero model/, exit 0.
+    # Parameter and the state dict's deep copy. Found by the sixty-fifth round: a
+    # `__getitem__` that set `numpy.ctypeslib.as_array` to give zeros wrote an all-zero
+    # model/, exit 0.
     "numpy",
+    "numpy._core.fromnumeric",
     "numpy.ctypeslib",
     "numpy.ctypeslib._ctypeslib",
-    "numpy._core.fromnumeric",
     "numpy._core._internal",
     "ctypes",
     "copy",
@@ -2862,15 +2869,27 @@ class RankHeld:
     kinds: list[type] = field(default_factory=list)
     # torch's default dtype as the rank started (`functions_kept` holds it around reads only).
     dtype: torch.dtype | None = None
+    # How many of `owners` (the first) are compared after each batch read, and so how many of
+    # `views` and of `held`: the rest, RANK_AT_WRITES', only before the rank writes.
+    read_owners: int = -1
+    read_views: int = 0
+    read_held: int = 0
 
     def __post_init__(self) -> None:
         self.dtype = torch.get_default_dtype()
-        self.held = [owner for _, owner, _ in self.owners] + [value for _, value, _ in self.values]
+        if self.read_owners < 0:
+            self.read_owners = len(self.owners)
+        reads, writes = self.owners[: self.read_owners], self.owners[self.read_owners :]
+        self.held = [owner for _, owner, _ in reads] + [value for _, value, _ in self.values]
+        self.read_held = len(self.held)
+        self.held += [owner for _, owner, _ in writes]
         self.kinds = list(map(type, self.held))
-        self.views = [vars(owner).values() for _, owner, _ in self.owners]
+        self.views = [vars(owner).values() for _, owner, _ in reads]
         self.views += [view for _, table, _ in self.tables for view in _table_views(table)]
         self.views += [vars(value).values() for _, value, _ in self.values]
         self.views += [view for _, table, _ in self.entries for view in _entry_views(table)]
+        self.read_views = len(self.views)
+        self.views += [vars(owner).values() for _, owner, _ in writes]
         self.found()
 
     def found(self) -> None:
@@ -2971,15 +2990,18 @@ def _rebinds(module: types.ModuleType) -> frozenset[str]:
     return frozenset(names)
 
 
-def _as_found(held: RankHeld) -> bool:
-    """Whether every view of `held` holds what it held at the last comparison, compared in C
-    (~0.35 ms for the ~15,500 names and entries of a BERT rank, against ~2.7 ms for
-    `_rank_changes`' full comparison): the check each batch a rank reads can afford."""
+def _as_found(held: RankHeld, read: bool = False) -> bool:
+    """Whether every view of `held` holds what it held at the last comparison, and each owner
+    its own class, compared in C (~0.35 ms for the ~15,500 names and entries of a BERT rank,
+    against ~2.7 ms for `_rank_changes`' full comparison): the check each batch a rank reads
+    can afford. `read`: those compared after a batch read only (less RANK_AT_WRITES')."""
+    views = held.views[: held.read_views] if read else held.views
+    owners = held.held[: held.read_held] if read else held.held
     return (
-        list(map(len, held.views)) == held.lengths
+        list(map(len, views)) == held.lengths[: len(views)]
         and torch.get_default_dtype() is held.dtype
-        and all(map(operator.is_, map(type, held.held), held.kinds))
-        and all(map(operator.is_, itertools.chain.from_iterable(held.views), held.objects))
+        and all(map(operator.is_, map(type, owners), held.kinds))
+        and all(map(operator.is_, itertools.chain.from_iterable(views), held.objects))
     )
 
 
@@ -3015,26 +3037,39 @@ def _same_table(now: Any, held: Any) -> bool:
 
 def rank_held(model: Iterable[str] = ()) -> RankHeld:
     """The modules, classes, tables and objects a rank holds (RANK_PACKAGES, RANK_TORCH,
-    RANK_LIBRARIES and the `model`'s modules, imported now, RANK_VALUES), as they are now:
-    taken at a rank's start, before its data code first runs, and compared by
-    `check_rank_held`.
+    RANK_LIBRARIES and the `model`'s modules, imported now, RANK_VALUES; and RANK_AT_WRITES,
+    the last owners, compared before its writes only), as they are now: taken at a rank's
+    start, before its data code first runs, and compared by `check_rank_held`.
 
         held = rank_held(models.model_modules("bert-synth"))
     """
     libraries = {*RANK_LIBRARIES, *model}
-    for name in libraries:
+    for name in [*libraries, *RANK_AT_WRITES]:
         with contextlib.suppress(ImportError):  # not installed: nothing of it runs
             importlib.import_module(name)
-    modules = [
+    found = [
         (name, module)
         for name, module in list(sys.modules.items())
-        if _rank_module(name, libraries) and issubclass(type(module), types.ModuleType)
+        if issubclass(type(module), types.ModuleType)
+    ]
+    modules = [(name, module) for name, module in found if _rank_module(name, libraries)]
+    reads = len(modules)  # the modules compared after each read, then those at writes
+    modules += [
+        (name, module)
+        for name, module in found
+        if name in RANK_AT_WRITES and not _rank_module(name, libraries)
     ]
     owners: list[tuple[str, Any, dict[str, Any]]] = []
     tables: list[tuple[str, Any, Any]] = []
     seen: set[int] = set()
-    defined = {module.__name__ for _, module in modules if isinstance(module.__name__, str)}
-    for name, module in modules:
+    # A class is held under a module that defines it: those compared after each read, then
+    # (RANK_AT_WRITES') all.
+    defined = {module.__name__ for _, module in modules[:reads] if isinstance(module.__name__, str)}
+    read_owners = 0
+    for index, (name, module) in enumerate(modules):
+        if index == reads:
+            read_owners = len(owners)
+            defined |= {m.__name__ for _, m in modules[reads:] if isinstance(m.__name__, str)}
         if id(module) in seen:
             continue
         seen.add(id(module))
@@ -3056,16 +3091,18 @@ def rank_held(model: Iterable[str] = ()) -> RankHeld:
         value = getattr(sys.modules.get(module), key, None)
         if isinstance(getattr(value, "__dict__", None), dict):
             values.append((dotted, value, vars(value).copy()))
+    if reads == len(modules):
+        read_owners = len(owners)
     entries = [
         table
-        for name, _, names in owners
+        for name, _, names in owners[:read_owners]
         if name.partition(".")[0] not in RANK_PACKAGES
         for table in _library_tables(name, names)
     ]
-    return RankHeld(owners, tables, values, entries)
+    return RankHeld(owners, tables, values, entries, read_owners=read_owners)
 
 
-def _rank_changes(held: RankHeld, *, _own: Any = _guard_changes) -> list[str]:
+def _rank_changes(held: RankHeld, read: bool = False, *, _own: Any = _guard_changes) -> list[str]:
     """What of `held` (`rank_held`) is changed now, by dotted name: a function or class
     replaced or deleted (as `functions_kept` tells it, the library's own wrappers let
     through), one of pipeplan's values rebound, a table of pipeplan's whose entries changed,
@@ -3073,9 +3110,11 @@ def _rank_changes(held: RankHeld, *, _own: Any = _guard_changes) -> list[str]:
     nothing moved since the last comparison (`_as_found`); else compared in full with the
     rank's start, and what passes is what the next comparison starts from (a library's own
     wrapper or a name added since stays as it is). What the comparison runs on is compared
-    first (`_own`: `_guard_changes`, as this module was defined), and put back."""
-    own = _own()
-    if not own and _as_found(held):
+    first (`_own`: `_guard_changes`, as this module was defined), and put back, but after a
+    batch read (`read`: RANK_AT_WRITES' modules are not compared either)."""
+    # After a read, `guard_kept` has just compared them, as the batch's reads ended.
+    own = [] if read else _own()
+    if not own and _as_found(held, read):
         return []
     before = {id(owner): names for _, owner, names in held.owners}
     there = {id(value) for _, _, names in held.owners for value in names.values()}
@@ -3130,10 +3169,14 @@ def _rank_changes(held: RankHeld, *, _own: Any = _guard_changes) -> list[str]:
             or not all(map(operator.is_, vars(value).values(), names.values()))
         ):
             changed.append(dotted)
+    reads, writes = held.owners[: held.read_owners], held.owners[held.read_owners :]
     changed += [
         f"the class of {name}"
         for name, value, kind in zip(
-            [name for name, _, _ in held.owners + held.values], held.held, held.kinds, strict=True
+            [name for name, _, _ in reads + held.values + writes],
+            held.held,
+            held.kinds,
+            strict=True,
         )
         if type(value) is not kind
     ]
@@ -3152,17 +3195,18 @@ def _same_flag(now: Any, held: Any) -> bool:
     return now is held or same
 
 
-def check_rank_held(spec: str, held: RankHeld, when: str) -> None:
+def check_rank_held(spec: str, held: RankHeld, when: str, read: bool = False) -> None:
     """BadArgumentError naming the data `spec` and what of `held` (`rank_held`) its code
     changed since the rank started, `when` saying where the rank stops and what it did not
     write; a rank calls it once its data is loaded, at each epoch's end and before each
-    checkpoint and its model.
+    checkpoint and its model, and after each batch it reads (`read`: RANK_AT_WRITES' modules
+    are not compared then, as `functions_kept` held them around the reads).
 
         check_rank_held("m:load", held, "while this rank trained (the checkpoint of step 22 …")
         # BadArgumentError: data 'm:load': its code replaced pipeplan.precision.compute while
         # this rank trained (the checkpoint of step 22 is not written); data code must …
     """
-    changed = _rank_changes(held)
+    changed = _rank_changes(held, read)
     if not changed:
         return
     raise BadArgumentError(

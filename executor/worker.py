@@ -1335,7 +1335,7 @@ class Trainer:
             what = "training batch (it is not trained on)"
             if split != "train":
                 what = "held-out batch (it is not evaluated)"
-            check_rank_held(self.cfg.data, self.held, f"as this rank read a {what}")
+            check_rank_held(self.cfg.data, self.held, f"as this rank read a {what}", read=True)
 
     def check_in_place(self) -> None:
         """Every rank, before it writes under the run directory (each step's record, a phase's
