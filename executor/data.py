@@ -2679,7 +2679,10 @@ def pickling_kept(spec: str, doing: str) -> Iterator[None]:
 # busier core), and each comparison ~0.36 ms where nothing moved since the last (`_as_found`;
 # ~2.6 ms in full), the least of 20 on a shared core for a BERT rank (0.17 ms and 1.3 ms
 # before the sixty-fourth round's modules and tables; ~1.4 ms each, in full, before the
-# sixty-third's). Found by the sixty-second round: a `__getitem__`'s
+# sixty-third's). After a read, with each owner's class and the default dtype (the sixty-fifth
+# round's), ~0.40 ms: 0.50 against 0.44 ms side by side, the least of 500 on a busy shared
+# core; at a write, with RANK_AT_WRITES and what the holds run on (`_guard_changes`, ~0.03
+# ms), 0.75 ms. Found by the sixty-second round: a `__getitem__`'s
 # `pipeplan.precision.compute = bf16 autocast` trained an fp32 run in bfloat16,
 # `executor.checkpoint._write` and `pipeplan.models.export` replaced wrote an all-zero
 # checkpoint and model, and `torch._C._nn.cross_entropy_loss` trained towards class 0, each
