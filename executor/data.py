@@ -2128,7 +2128,11 @@ def _guard_changes(
     for name, owner, _, names, _ in moved:
         now = _vars(owner)
         for key in [key for key in now if key not in names]:
-            if _held_in_class(now[key]) if isinstance(owner, type) else key in _builtins:
+            if (
+                _held_in_class(now[key])
+                if isinstance(owner, type)
+                else key in _builtins and now is not _builtins
+            ):
                 changed.append(f"{name}.{key}")
                 _delattr(owner, key)
         names.clear()
@@ -2144,8 +2148,8 @@ class guard_kept:  # lower case: a hold like the others, entered as they are
 
         with guard_kept("m:load", "reading a batch"):
             operator.is_ = lambda a, b: True
-        # BadArgumentError: data 'm:load': reading a batch replaced or changed operator.is_;
-        # data code must leave …
+        # BadArgumentError: data 'm:load': reading a batch replaced operator.is_; data code
+        # must leave …
     """
 
     def __init__(self, spec: str, doing: str) -> None:
@@ -2159,7 +2163,7 @@ class guard_kept:  # lower case: a hold like the others, entered as they are
         changed = self.check()
         if changed:
             raise BadArgumentError(
-                f"data {quoted(self.spec)}: {self.doing} replaced or changed {_some(changed)}; "
+                f"data {quoted(self.spec)}: {self.doing} replaced {_some(changed)}; "
                 "data code must leave Python's builtins, operator, itertools, functools, "
                 "types, contextlib and os.path and pipeplan's own checks as it found them, as "
                 "every check of what it changed runs on them (put back now)"
