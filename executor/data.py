@@ -19,6 +19,7 @@ index.
 from __future__ import annotations
 
 import atexit
+import builtins
 import contextlib
 import copyreg
 import dis
@@ -838,6 +839,8 @@ def _contained(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
             # first to end after a fork: a recursion limit it lowered is put back first.
             process_state_kept(spec, doing),
             pickling_kept(spec, doing),
+            # What the holds above run on, put back before any of them compares.
+            guard_kept(spec, doing),
             # Innermost of all: a child the code forked ends before any of the above runs.
             forks_ended(),
         ):
@@ -2034,6 +2037,142 @@ def _held_in_class(value: Any) -> bool:
     return _held(value) or hasattr(type(value), "__get__")
 
 
+# What the holds themselves run on, held first of all (`guard_kept`, `_guard_changes`): the
+# builtins, operator and itertools functions every comparison calls, functools' partial,
+# types, contextlib's context managers each hold is entered and left through, os.path, and
+# this module's own functions and classes (a name of its own rebound, or one added over a
+# builtin it calls), with their classes and each one's own class. Found by the sixty-fifth
+# round: a `__getitem__` that set `operator.is_ = lambda a, b: True` made every later
+# comparison say "unchanged", then replaced `torch._C._nn.cross_entropy_loss` and trained
+# towards class 0, exit 0.
+GUARD_MODULES = (
+    "builtins",
+    "operator",
+    "itertools",
+    "functools",
+    "types",
+    "contextlib",
+    "posixpath",
+    "executor.data",
+)
+# (dotted name, module or class, its class then, its names then, those of them held: the
+# functions, classes, modules and descriptors), filled as this module's import ends.
+_guard: list[tuple[str, Any, type, dict[str, Any], dict[str, Any]]] = []
+
+
+def _hold_guard() -> None:
+    """Take GUARD_MODULES as they are (`_guard`): once, at the end of this module's import."""
+    for name in GUARD_MODULES:
+        module = importlib.import_module(name)
+        owners: list[tuple[str, Any]] = [(name, module)]
+        owners += [
+            (f"{name}.{key}", value)
+            for key, value in vars(module).items()
+            if issubclass(type(value), type)
+            and value.__module__ == name
+            and not value.__flags__ & _IMMUTABLE_TYPE
+        ]
+        for dotted, owner in owners:
+            names = dict(vars(owner))
+            kept = _held_in_class if isinstance(owner, type) else _held
+            held = {key: value for key, value in names.items() if kept(value)}
+            _guard.append((dotted, owner, type(owner), names, held))
+
+
+def _guard_changes(
+    *,
+    _guard: list[tuple[str, Any, type, dict[str, Any], dict[str, Any]]] = _guard,
+    _vars: Any = vars,
+    _len: Any = len,
+    _all: Any = all,
+    _map: Any = map,
+    _is: Any = operator.is_,
+    _type: Any = type,
+    _setattr: Any = setattr,
+    _delattr: Any = delattr,
+    _builtins: dict[str, Any] = vars(builtins),
+    _error: Any = TypeError,
+) -> list[str]:
+    """What of GUARD_MODULES (`_guard`) is changed now, by dotted name ("operator.is_", "the
+    class of contextlib"), each put back: a held name rebound or deleted, a name added to a
+    class or added to a module over a builtin, a module's or class's own class swapped. It
+    runs before any other comparison, on what it was given as this module was defined (its
+    keyword defaults), never on a name code can rebind; those comparisons then run on what it
+    put back.
+
+        _guard_changes()   # after operator.is_ = lambda a, b: True: ["operator.is_"]
+    """
+    changed = []
+    missing = _guard
+    moved = []
+    for entry in _guard:  # in order: builtins first, put back before the rest is compared
+        name, owner, kind, names, held = entry
+        now = _vars(owner)
+        same = _type(owner) is kind
+        if same and _len(now) == _len(names) and _all(_map(_is, now.values(), names.values())):
+            continue
+        moved.append(entry)
+        if not same:
+            changed.append(f"the class of {name}")
+            # Not contextlib.suppress: contextlib is what is compared here.
+            try:  # noqa: SIM105
+                _setattr(owner, "__class__", kind)
+            except _error:  # a metaclass Python will not swap back: refused all the same
+                pass
+        for key, value in held.items():
+            if now.get(key, missing) is not value:
+                changed.append(f"{name}.{key}")
+                _setattr(owner, key, value)
+    # Then, with all of it as it was, a name added: to a class, a function or descriptor
+    # (over one it inherits); to a module, a builtin's name (found before the builtin).
+    for name, owner, _, names, _ in moved:
+        now = _vars(owner)
+        for key in [key for key in now if key not in names]:
+            if (
+                _held_in_class(now[key])
+                if isinstance(owner, type)
+                else key in _builtins and now is not _builtins
+            ):
+                changed.append(f"{name}.{key}")
+                _delattr(owner, key)
+        names.clear()
+        names.update(now)
+    return changed
+
+
+class guard_kept:  # lower case: a hold like the others, entered as they are
+    """The user's data code (`doing`) leaves what the holds themselves run on (GUARD_MODULES)
+    as it found it, or is refused in one line; each one changed is put back first of all
+    (`_guard_changes`), so the other holds compare with their own functions. A class, not a
+    generator's context: contextlib's exit calls `next`, which code can rebind.
+
+        with guard_kept("m:load", "reading a batch"):
+            operator.is_ = lambda a, b: True
+        # BadArgumentError: data 'm:load': reading a batch replaced operator.is_; data code
+        # must leave …
+    """
+
+    def __init__(self, spec: str, doing: str) -> None:
+        self.spec, self.doing = spec, doing
+        self.check = _guard_changes  # taken before the code runs, which may rebind the name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *_: object) -> None:
+        changed = self.check()
+        if changed:
+            raise BadArgumentError(
+                f"data {quoted(self.spec)}: {self.doing} replaced {_some(changed)}; "
+                "data code must leave Python's builtins, operator, itertools, functools, "
+                "types, contextlib and os.path and pipeplan's own checks as it found them, as "
+                "every check of what it changed runs on them (put back now)"
+            )
+
+
+_OWNER = operator.itemgetter(1)  # a held entry's module or class: (name, owner, names)
+
+
 @contextlib.contextmanager
 def functions_kept(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
     """The user's data code (`doing`) leaves the functions of KEPT_MODULES as it found them
@@ -2066,9 +2205,25 @@ def functions_kept(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
     narrow = len(before)
     if wide:
         before += [(name, owner, vars(owner).copy()) for name, owner in _wide_kept()]
+    # And each one's own class: a module's swapped for a ModuleType subclass whose
+    # `__getattribute__` answers one name leaves its `vars` as they were (the sixty-fifth
+    # round: torch.nn.functional.layer_norm so answered with eps 0.5, exit 0).
+    kinds = list(map(type, map(_OWNER, before)))
     try:
         yield
     finally:
+        swapped = (
+            []
+            if all(map(operator.is_, map(type, map(_OWNER, before)), kinds))
+            else [
+                (name, owner, kind)
+                for (name, owner, _), kind in zip(before, kinds, strict=True)
+                if type(owner) is not kind
+            ]
+        )
+        for _, owner, kind in swapped:
+            with contextlib.suppress(TypeError):  # a metaclass Python will not swap back
+                owner.__class__ = kind
         # The same objects in the same order, compared in C, inline: a call each cost more.
         moved = [
             (index, (name, owner, names))
@@ -2095,9 +2250,9 @@ def functions_kept(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
             else:
                 setattr(owner, key, old)
         planted = _planted(before) if wide else []
-    if not changed and not planted:
+    if not changed and not planted and not swapped:
         return
-    said = []
+    said = [f"swapped the class of {_some([name for name, _, _ in swapped])}"] if swapped else []
     for deleted, verb in ((False, "replaced"), (True, "deleted")):
         names = [name for _, _, _, name, gone in changed if gone is deleted]
         if names:
@@ -2108,7 +2263,7 @@ def functions_kept(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
             f"replaced {_some([name for name, _ in planted])} with its own code, in "
             f"{_some(modules)}, which it imported itself"
         )
-    back = "put back now" if changed else ""
+    back = "put back now" if changed or swapped else ""
     if planted:  # never seen as it was: unloaded, imported afresh where next needed
         unloaded = f"{_some(_unloaded(modules))} unloaded now, to be imported afresh"
         back = f"{back} and {unloaded}" if back else unloaded
@@ -2528,7 +2683,10 @@ def pickling_kept(spec: str, doing: str) -> Iterator[None]:
 # busier core), and each comparison ~0.36 ms where nothing moved since the last (`_as_found`;
 # ~2.6 ms in full), the least of 20 on a shared core for a BERT rank (0.17 ms and 1.3 ms
 # before the sixty-fourth round's modules and tables; ~1.4 ms each, in full, before the
-# sixty-third's). Found by the sixty-second round: a `__getitem__`'s
+# sixty-third's). After a read, with each owner's class and the default dtype (the sixty-fifth
+# round's), ~0.40 ms: 0.50 against 0.44 ms side by side, the least of 500 on a busy shared
+# core; at a write, with RANK_AT_WRITES and what the holds run on (`_guard_changes`, ~0.03
+# ms), 0.75 ms. Found by the sixty-second round: a `__getitem__`'s
 # `pipeplan.precision.compute = bf16 autocast` trained an fp32 run in bfloat16,
 # `executor.checkpoint._write` and `pipeplan.models.export` replaced wrote an all-zero
 # checkpoint and model, and `torch._C._nn.cross_entropy_loss` trained towards class 0, each
@@ -2603,6 +2761,34 @@ RANK_LIBRARIES = (
     "huggingface_hub.serialization._base",
     "huggingface_hub.serialization._torch",
     "huggingface_hub.dataclasses",
+)
+# And compared at a rank's writes (at each epoch's end, before each checkpoint and its model:
+# `check_rank_held`), not after each batch read, where `functions_kept` already holds them
+# around the reads themselves (~0.3 ms more a batch, which the checks before any write make
+# needless: nothing trained with a change is written).
+RANK_AT_WRITES = (
+    # What only `functions_kept` held, around each batch's reads: torch's own functions, its
+    # functional layers, the optimizer a rank steps and torch.save's module. Found by the
+    # sixty-fifth round: a thread a `__getitem__` started set, between two batches' reads,
+    # `torch.save` to write zeros, `F.layer_norm` to run with eps 0.5 or `AdamW.step` to do
+    # nothing (and torch's default dtype, held as RankHeld.dtype), each exit 0.
+    *(name for name in KEPT_MODULES if name == "torch" or name.startswith("torch.")),
+    # What `save_pretrained` and `torch.save` reach to turn each tensor into bytes (traced as
+    # above): numpy's ctypes view (`np.ctypeslib.as_array`, safetensors.torch's `_tobytes`),
+    # ctypes' `cast` and `POINTER`, numpy's `prod` and `asarray`, torch's storages, a
+    # Parameter and the state dict's deep copy. Found by the sixty-fifth round: a
+    # `__getitem__` that set `numpy.ctypeslib.as_array` to give zeros wrote an all-zero
+    # model/, exit 0.
+    "numpy",
+    "numpy._core.fromnumeric",
+    "numpy.ctypeslib",
+    "numpy.ctypeslib._ctypeslib",
+    "numpy._core._internal",
+    "ctypes",
+    "copy",
+    "torch.storage",
+    "torch.nn.parameter",
+    "torch.utils.hooks",
 )
 # Plain objects code dispatches through, held with their own attributes: `json.dumps(obj)`
 # encodes with json's default encoder (the sixty-second round: one replaced in a `load`
@@ -2683,12 +2869,34 @@ class RankHeld:
     views: list[Any] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     objects: list[Any] = field(default_factory=list)
+    # Each owner's and value's own class as the rank started: a module's swapped for a
+    # ModuleType subclass whose `__getattribute__` answers one name leaves its `vars` as they
+    # were (the sixty-fifth round: torch._C._nn.cross_entropy_loss so answered, exit 0).
+    held: list[Any] = field(default_factory=list)
+    kinds: list[type] = field(default_factory=list)
+    # torch's default dtype as the rank started (`functions_kept` holds it around reads only).
+    dtype: torch.dtype | None = None
+    # How many of `owners` (the first) are compared after each batch read, and so how many of
+    # `views` and of `held`: the rest, RANK_AT_WRITES', only before the rank writes.
+    read_owners: int = -1
+    read_views: int = 0
+    read_held: int = 0
 
     def __post_init__(self) -> None:
-        self.views = [vars(owner).values() for _, owner, _ in self.owners]
+        self.dtype = torch.get_default_dtype()
+        if self.read_owners < 0:
+            self.read_owners = len(self.owners)
+        reads, writes = self.owners[: self.read_owners], self.owners[self.read_owners :]
+        self.held = [owner for _, owner, _ in reads] + [value for _, value, _ in self.values]
+        self.read_held = len(self.held)
+        self.held += [owner for _, owner, _ in writes]
+        self.kinds = list(map(type, self.held))
+        self.views = [vars(owner).values() for _, owner, _ in reads]
         self.views += [view for _, table, _ in self.tables for view in _table_views(table)]
         self.views += [vars(value).values() for _, value, _ in self.values]
         self.views += [view for _, table, _ in self.entries for view in _entry_views(table)]
+        self.read_views = len(self.views)
+        self.views += [vars(owner).values() for _, owner, _ in writes]
         self.found()
 
     def found(self) -> None:
@@ -2789,12 +2997,18 @@ def _rebinds(module: types.ModuleType) -> frozenset[str]:
     return frozenset(names)
 
 
-def _as_found(held: RankHeld) -> bool:
-    """Whether every view of `held` holds what it held at the last comparison, compared in C
-    (~0.35 ms for the ~15,500 names and entries of a BERT rank, against ~2.7 ms for
-    `_rank_changes`' full comparison): the check each batch a rank reads can afford."""
-    return list(map(len, held.views)) == held.lengths and all(
-        map(operator.is_, itertools.chain.from_iterable(held.views), held.objects)
+def _as_found(held: RankHeld, read: bool = False) -> bool:
+    """Whether every view of `held` holds what it held at the last comparison, and each owner
+    its own class, compared in C (~0.35 ms for the ~15,500 names and entries of a BERT rank,
+    against ~2.7 ms for `_rank_changes`' full comparison): the check each batch a rank reads
+    can afford. `read`: those compared after a batch read only (less RANK_AT_WRITES')."""
+    views = held.views[: held.read_views] if read else held.views
+    owners = held.held[: held.read_held] if read else held.held
+    return (
+        list(map(len, views)) == held.lengths[: len(views)]
+        and torch.get_default_dtype() is held.dtype
+        and all(map(operator.is_, map(type, owners), held.kinds))
+        and all(map(operator.is_, itertools.chain.from_iterable(views), held.objects))
     )
 
 
@@ -2830,26 +3044,39 @@ def _same_table(now: Any, held: Any) -> bool:
 
 def rank_held(model: Iterable[str] = ()) -> RankHeld:
     """The modules, classes, tables and objects a rank holds (RANK_PACKAGES, RANK_TORCH,
-    RANK_LIBRARIES and the `model`'s modules, imported now, RANK_VALUES), as they are now:
-    taken at a rank's start, before its data code first runs, and compared by
-    `check_rank_held`.
+    RANK_LIBRARIES and the `model`'s modules, imported now, RANK_VALUES; and RANK_AT_WRITES,
+    the last owners, compared before its writes only), as they are now: taken at a rank's
+    start, before its data code first runs, and compared by `check_rank_held`.
 
         held = rank_held(models.model_modules("bert-synth"))
     """
     libraries = {*RANK_LIBRARIES, *model}
-    for name in libraries:
+    for name in [*libraries, *RANK_AT_WRITES]:
         with contextlib.suppress(ImportError):  # not installed: nothing of it runs
             importlib.import_module(name)
-    modules = [
+    found = [
         (name, module)
         for name, module in list(sys.modules.items())
-        if _rank_module(name, libraries) and issubclass(type(module), types.ModuleType)
+        if issubclass(type(module), types.ModuleType)
+    ]
+    modules = [(name, module) for name, module in found if _rank_module(name, libraries)]
+    reads = len(modules)  # the modules compared after each read, then those at writes
+    modules += [
+        (name, module)
+        for name, module in found
+        if name in RANK_AT_WRITES and not _rank_module(name, libraries)
     ]
     owners: list[tuple[str, Any, dict[str, Any]]] = []
     tables: list[tuple[str, Any, Any]] = []
     seen: set[int] = set()
-    defined = {module.__name__ for _, module in modules if isinstance(module.__name__, str)}
-    for name, module in modules:
+    # A class is held under a module that defines it: those compared after each read, then
+    # (RANK_AT_WRITES') all.
+    defined = {module.__name__ for _, module in modules[:reads] if isinstance(module.__name__, str)}
+    read_owners = 0
+    for index, (name, module) in enumerate(modules):
+        if index == reads:
+            read_owners = len(owners)
+            defined |= {m.__name__ for _, m in modules[reads:] if isinstance(m.__name__, str)}
         if id(module) in seen:
             continue
         seen.add(id(module))
@@ -2871,24 +3098,30 @@ def rank_held(model: Iterable[str] = ()) -> RankHeld:
         value = getattr(sys.modules.get(module), key, None)
         if isinstance(getattr(value, "__dict__", None), dict):
             values.append((dotted, value, vars(value).copy()))
+    if reads == len(modules):
+        read_owners = len(owners)
     entries = [
         table
-        for name, _, names in owners
+        for name, _, names in owners[:read_owners]
         if name.partition(".")[0] not in RANK_PACKAGES
         for table in _library_tables(name, names)
     ]
-    return RankHeld(owners, tables, values, entries)
+    return RankHeld(owners, tables, values, entries, read_owners=read_owners)
 
 
-def _rank_changes(held: RankHeld) -> list[str]:
+def _rank_changes(held: RankHeld, read: bool = False, *, _own: Any = _guard_changes) -> list[str]:
     """What of `held` (`rank_held`) is changed now, by dotted name: a function or class
     replaced or deleted (as `functions_kept` tells it, the library's own wrappers let
     through), one of pipeplan's values rebound, a table of pipeplan's whose entries changed,
     an object of RANK_VALUES replaced or its attributes changed. Nothing, at once, where
     nothing moved since the last comparison (`_as_found`); else compared in full with the
     rank's start, and what passes is what the next comparison starts from (a library's own
-    wrapper or a name added since stays as it is)."""
-    if _as_found(held):
+    wrapper or a name added since stays as it is). What the comparison runs on is compared
+    first (`_own`: `_guard_changes`, as this module was defined), and put back, but after a
+    batch read (`read`: RANK_AT_WRITES' modules are not compared either)."""
+    # After a read, `guard_kept` has just compared them, as the batch's reads ended.
+    own = [] if read else _own()
+    if not own and _as_found(held, read):
         return []
     before = {id(owner): names for _, owner, names in held.owners}
     there = {id(value) for _, _, names in held.owners for value in names.values()}
@@ -2943,6 +3176,20 @@ def _rank_changes(held: RankHeld) -> list[str]:
             or not all(map(operator.is_, vars(value).values(), names.values()))
         ):
             changed.append(dotted)
+    reads, writes = held.owners[: held.read_owners], held.owners[held.read_owners :]
+    changed += [
+        f"the class of {name}"
+        for name, value, kind in zip(
+            [name for name, _, _ in reads + held.values + writes],
+            held.held,
+            held.kinds,
+            strict=True,
+        )
+        if type(value) is not kind
+    ]
+    if (dtype := torch.get_default_dtype()) is not held.dtype:
+        changed.append(f"torch's default dtype (to {_dtype(dtype)}, from {_dtype(held.dtype)})")
+    changed = own + changed
     if not changed:
         held.found()
     return list(dict.fromkeys(changed))
@@ -2955,17 +3202,18 @@ def _same_flag(now: Any, held: Any) -> bool:
     return now is held or same
 
 
-def check_rank_held(spec: str, held: RankHeld, when: str) -> None:
+def check_rank_held(spec: str, held: RankHeld, when: str, read: bool = False) -> None:
     """BadArgumentError naming the data `spec` and what of `held` (`rank_held`) its code
     changed since the rank started, `when` saying where the rank stops and what it did not
     write; a rank calls it once its data is loaded, at each epoch's end and before each
-    checkpoint and its model.
+    checkpoint and its model, and after each batch it reads (`read`: RANK_AT_WRITES' modules
+    are not compared then, as `functions_kept` held them around the reads).
 
         check_rank_held("m:load", held, "while this rank trained (the checkpoint of step 22 …")
         # BadArgumentError: data 'm:load': its code replaced pipeplan.precision.compute while
         # this rank trained (the checkpoint of step 22 is not written); data code must …
     """
-    changed = _rank_changes(held)
+    changed = _rank_changes(held, read)
     if not changed:
         return
     raise BadArgumentError(
@@ -5770,6 +6018,7 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
         import_system_kept(name, batch),
         process_state_kept(name, batch),
         pickling_kept(name, batch),
+        guard_kept(name, batch),  # what the holds above run on, put back before they compare
         forks_ended(),  # a child the code forks ends at once (`_contained`)
     ):
         for index in indices:
@@ -5999,3 +6248,6 @@ def _one_line(exc: BaseException) -> str:
     text = " ".join(one_line(text).split())
     name = one_line(type(exc).__name__)
     return f"{name}: {text}" if text else name
+
+
+_hold_guard()  # last: this module's own functions are all defined now

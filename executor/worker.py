@@ -1303,7 +1303,7 @@ class Trainer:
         before it writes a checkpoint or the model (`writing`): the data code left pipeplan's
         modules and tables, the torch and transformers modules it trains with, safetensors
         and pydantic's BaseModel as they were when the rank started (`data.check_rank_held`:
-        ~0.35 ms where nothing moved since the last, each batch read being one:
+        ~0.4 ms where nothing moved since the last, each batch read being one:
         `check_read`), else BadArgumentError naming the data and what it replaced, nothing
         written. Found by the sixty-second round: a `__getitem__`
         that replaced `pipeplan.precision.compute` or `executor.checkpoint._write` trained an
@@ -1324,8 +1324,9 @@ class Trainer:
     def check_read(self, split: str) -> None:
         """After each batch of items this rank reads (`pair`, `rows`), before anything
         computes with it: `check_held`'s comparison, where nothing moved since the last one
-        ~0.35 ms (`data._as_found`), so no change a read made is live in any forward or
-        backward. Found by the sixty-third round: a `__getitem__` that replaced
+        ~0.4 ms (`data._as_found`; less RANK_AT_WRITES, which `functions_kept` held around
+        the reads), so no change a read made is live in any forward or backward. Found by
+        the sixty-third round: a `__getitem__` that replaced
         `torch._C._nn.cross_entropy_loss` on one read and put it back on a later one, before
         the epoch's end, trained every step between towards class 0, exit 0.
 
@@ -1335,7 +1336,7 @@ class Trainer:
             what = "training batch (it is not trained on)"
             if split != "train":
                 what = "held-out batch (it is not evaluated)"
-            check_rank_held(self.cfg.data, self.held, f"as this rank read a {what}")
+            check_rank_held(self.cfg.data, self.held, f"as this rank read a {what}", read=True)
 
     def check_in_place(self) -> None:
         """Every rank, before it writes under the run directory (each step's record, a phase's

@@ -7959,6 +7959,200 @@ def test_what_a_models_forward_and_its_save_look_up_at_each_call_is_held(case):
     check_rank_held("m:load", held, "")  # all put back: passes again
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        "torch.save",
+        "layer_norm",
+        "AdamW.step",
+        "torch.serialization",
+        "numpy's ctypes view",
+        "ctypes.cast",
+        "torch's storage",
+        "default dtype",
+        "module class",
+        "class's metaclass",
+    ],
+)
+def test_what_only_a_batch_read_held_and_what_a_save_reaches_are_held_to_a_ranks_start(case):
+    """Found by the sixty-fifth round: a thread a `__getitem__` started set, between two
+    batches' reads, `torch.save` to write zeros, `F.layer_norm` to run with eps 0.5,
+    `AdamW.step` to do nothing or torch's default dtype to float64 (held only around each
+    batch's reads, `functions_kept`); a `__getitem__` that set `numpy.ctypeslib.as_array` to
+    give zeros wrote an all-zero model/ (what safetensors turns each tensor into bytes with,
+    in no hold); and one that swapped a held module's class for a ModuleType subclass whose
+    `__getattribute__` answers one name changed nothing `vars` shows; each exit 0. A rank now
+    holds them from its start too (`rank_held`), and each held module's and class's class."""
+    import ctypes
+
+    import numpy.ctypeslib
+    import torch.nn.functional as F
+    import torch.serialization
+    import torch.storage
+
+    from executor.data import BadArgumentError, check_rank_held, rank_held
+
+    def mine(*args, **kwargs):
+        return None
+
+    class Module(types.ModuleType):
+        def __getattribute__(self, name):
+            return mine if name == "layer_norm" else types.ModuleType.__getattribute__(self, name)
+
+    class Meta(type):
+        pass
+
+    class Swapped(Meta):  # what `Optimizer.__class__ = Swapped` gives its class
+        def __getattribute__(cls, name):
+            return mine if name == "step" else type.__getattribute__(cls, name)
+
+    owner, key, value, named = {
+        "torch.save": (torch, "save", mine, "torch.save"),
+        "layer_norm": (F, "layer_norm", mine, "torch.nn.functional.layer_norm"),
+        "AdamW.step": (torch.optim.AdamW, "step", mine, "torch.optim.adamw.AdamW.step"),
+        "torch.serialization": (
+            torch.serialization, "_save", mine, "torch.serialization._save"
+        ),
+        "numpy's ctypes view": (numpy.ctypeslib, "as_array", mine, "numpy.ctypeslib.as_array"),
+        "ctypes.cast": (ctypes, "cast", mine, "ctypes.cast"),
+        "torch's storage": (
+            torch.storage.TypedStorage, "_size", mine, "torch.storage.TypedStorage._size"
+        ),
+        "default dtype": (None, None, torch.float64, "torch's default dtype (to float64"),
+        "module class": (F, "__class__", Module, "the class of torch.nn.functional"),
+        "class's metaclass": (
+            torch.optim.AdamW, "__class__", Swapped, "the class of torch.optim.adamw.AdamW"
+        ),
+    }[case]  # fmt: skip
+    adamw = sys.modules["torch.optim.adamw"]  # torch.optim deletes its name
+    if case == "class's metaclass":  # a class whose metaclass Python lets it swap
+        owner = Meta("Mine", (), {"__module__": "torch.optim.adamw"})
+        adamw.Mine = owner
+        named = "the class of torch.optim.adamw.Mine"
+    missing = object()
+    old = torch.get_default_dtype() if owner is None else vars(owner).get(key, missing)
+    if key == "__class__":
+        old = type(owner)
+    held = rank_held(models.model_modules("bert-synth"))
+    when = "as this rank read a training batch (it is not trained on)"
+    check_rank_held("m:load", held, when)  # nothing changed: passes
+    try:
+        if owner is None:
+            torch.set_default_dtype(value)
+        else:
+            setattr(owner, key, value)
+        with pytest.raises(BadArgumentError) as caught:
+            check_rank_held("m:load", held, when)
+        said = str(caught.value)
+        assert said.startswith("data 'm:load': its code replaced or changed "), said
+        assert named in said and f"{when}; data code must leave pipeplan's" in said, said
+    finally:
+        if owner is None:
+            torch.set_default_dtype(old)
+        elif old is missing:
+            delattr(owner, key)
+        else:
+            setattr(owner, key, old)
+    check_rank_held("m:load", held, "")  # all put back: passes again
+    if case == "class's metaclass":
+        del adamw.Mine
+
+
+def test_a_module_whose_class_a_read_swaps_is_refused_and_put_back():
+    """Found by the sixty-fifth round: `torch.nn.functional.__class__ = M`, M a ModuleType
+    subclass whose `__getattribute__` gave layer_norm with eps 0.5, left `vars` as they were,
+    so a batch's reads passed and trained so, exit 0. The module's own class is held too,
+    and put back."""
+    import warnings
+
+    import torch.nn.functional as F
+
+    from executor.data import BadArgumentError, batch_rows
+
+    layer_norm = F.layer_norm
+
+    class Module(types.ModuleType):
+        def __getattribute__(self, name):
+            found = types.ModuleType.__getattribute__(self, name)
+            return (lambda *a, **k: found(*a[:4], 0.5)) if name == "layer_norm" else found
+
+    class Items:
+        def __getitem__(self, index):
+            F.__class__ = Module
+            return torch.zeros(2), torch.tensor(0)
+
+    refused = pytest.raises(
+        BadArgumentError, match=r"swapped the class of torch\.nn\.functional; .*put back now"
+    )
+    try:
+        with refused, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            batch_rows(Items(), [3], 0, "m:load", "train")
+        assert type(F) is types.ModuleType and F.layer_norm is layer_norm
+    finally:
+        F.__class__ = types.ModuleType
+
+
+@pytest.mark.parametrize("case", ["operator.is_", "builtins.all", "contextlib exit", "own name"])
+def test_what_the_holds_compare_with_is_held_first(case):
+    """Found by the sixty-fifth round: the holds compared with `operator.is_` and
+    `itertools.chain`, looked up as they ran, so a `__getitem__` that set `operator.is_ =
+    lambda a, b: True` made every later comparison say "unchanged", then replaced
+    `torch._C._nn.cross_entropy_loss` and trained towards class 0, exit 0. What the holds run
+    on (GUARD_MODULES: builtins, operator, itertools, contextlib, …, pipeplan's own checks) is
+    held first and put back before any other comparison, in a batch's reads and in a rank's
+    check, so the patch behind it is seen too."""
+    import builtins
+    import contextlib
+    import operator
+    import warnings
+
+    import executor.data
+    from executor.data import BadArgumentError, batch_rows, check_rank_held, rank_held
+
+    owner, key, value = {
+        "operator.is_": (operator, "is_", lambda a, b: True),
+        "builtins.all": (builtins, "all", lambda values: True),
+        "contextlib exit": (
+            contextlib._GeneratorContextManager, "__exit__", lambda *a: False
+        ),
+        "own name": (executor.data, "_as_found", lambda held: True),
+    }[case]  # fmt: skip
+    old = vars(owner)[key]
+    named = f"{owner.__module__}.{owner.__qualname__}" if isinstance(owner, type) else ""
+    named = f"{named or owner.__name__}.{key}"
+    cross_entropy = torch._C._nn.cross_entropy_loss
+
+    def mine(*args, **kwargs):
+        return None
+
+    class Items:
+        def __getitem__(self, index):
+            setattr(owner, key, value)
+            return torch.zeros(2), torch.tensor(0)
+
+    held = rank_held()
+    try:
+        refused = pytest.raises(BadArgumentError, match=f" replaced {re.escape(named)};")
+        with refused, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            batch_rows(Items(), [3], 0, "m:load", "train")
+        assert vars(owner)[key] is old  # put back
+        # A rank's check, after code outside a read (a finalizer) rebound it and patched
+        # what the rank holds: both are named, and it is put back.
+        setattr(owner, key, value)
+        torch._C._nn.cross_entropy_loss = mine
+        with pytest.raises(BadArgumentError) as caught:
+            check_rank_held("m:load", held, "at this epoch's end")
+        said = str(caught.value)
+        assert named in said and "torch._C._nn.cross_entropy_loss" in said, said
+        assert vars(owner)[key] is old
+    finally:
+        setattr(owner, key, old)
+        torch._C._nn.cross_entropy_loss = cross_entropy
+    check_rank_held("m:load", held, "")  # all put back: passes again
+
+
 def test_a_patch_a_read_makes_is_refused_before_anything_computes_with_the_batch():
     """Found by the sixty-third round: a rank compared what it trains with only at each
     epoch's end and before each write, so a `__getitem__` that replaced
@@ -8039,8 +8233,10 @@ def test_rank_state_names_what_pipeplans_own_code_changes():
                 changed.update(node.names)
             if isinstance(found, ast.Name):
                 changed.add(found.id)
-    # Less those changed only as pipeplan.formats is imported, before any rank starts.
+    # Less those changed only as pipeplan.formats (or executor.data) is imported, before any
+    # rank starts.
     dotted = {name for key in changed for name in tables.get(key, ())} - {
+        "executor.data._guard",
         "pipeplan.formats.base.FILE_LIMITS",
         "pipeplan.formats.base.KINDS",
         "pipeplan.plots.KINDS",
