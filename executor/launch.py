@@ -1827,6 +1827,7 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
             raise RankFailedError(failure_line(rank, why, run_dir, cfg, old_records), rank)
     except ChildFailedError as exc:
         check_launch_written(run_dir, launcher_log)
+        reports_in_rooms(exc.failures, logs)
         early = ended_early(logs, set(range(cfg.nproc)) - set(exc.failures))
         timeout = cfg.collective_timeout_s
         rank, why = faults.verdict(exc.failures, timeout, stops.pids, early, watch.ended)
@@ -1858,6 +1859,22 @@ def error_file(logs: Path, rank: int) -> Path:
     """`error_file(run_dir / "logs", 1)` → runs/k/logs/rank-1.error.json: where `pipeplan
     run`'s rank reports its failure (torch's `TORCHELASTIC_ERROR_FILE`, `RankLogs`)."""
     return logs / f"rank-{rank}.error.json"
+
+
+def reports_in_rooms(failures: dict[int, Any], logs: Path) -> None:
+    """The report of each failed rank (torch's `ProcessFailure`, by global rank) that torch's
+    agent found no error file of, where the rank wrote it into the file's room but could not
+    rename it there (`errorfile.read_room`): its folder made read-only mid-run. Found by the
+    sixty-fifth round: the line said "exited with code 1", the cause ("Read-only file
+    system") in the rank's log alone.
+
+        reports_in_rooms(exc.failures, run_dir / "logs")   # as ChildFailedError is caught
+    """
+    for rank, failure in failures.items():
+        if faults.Report.from_error_data(failure.error_file_data) is not None:
+            continue
+        if (data := errorfile.read_room(error_file(logs, rank))) is not None:
+            failure.error_file_data = data
 
 
 def ended_early(logs: Path, ranks: Iterable[int]) -> list[int]:

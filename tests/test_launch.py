@@ -2346,6 +2346,54 @@ def test_the_report_rooms_of_killed_ranks_go_when_the_ranks_have(tmp_path, monke
     assert not list((tmp_path / "k" / "logs").glob("*.tmp"))
 
 
+@pytest.mark.parametrize("opens", [True, False], ids=["rename refused", "open refused too"])
+def test_a_report_that_could_not_be_renamed_is_read_in_its_room(
+    tmp_path, monkeypatch, capsys, opens
+):
+    """Found by the sixty-fifth round: a run folder made read-only mid-run (a read-only mount
+    put over it) refused the rank's report its rename, and its opening for writing: the line
+    said "exited with code 1", the cause in rank-0.log alone, `rank-0.error.json.tmp` left
+    (64 KiB). The rank writes its report through the room it kept open from its start, and
+    where the rename fails the launcher reads it in the room, then removes the room. Here the
+    rename fails for a folder at the report's name, and the opening (`opens=False`) as a
+    read-only folder refuses it."""
+    import errno
+    import time
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    import cli
+    import executor.launch
+    from executor import errorfile
+
+    why = "runs/k/metrics.csv: cannot write in runs/k (Read-only file system)"
+
+    def refused(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+
+    def launch(config, entrypoint):
+        def ranks(*args):
+            envs = {0: {"RANK": "0"}}
+            config.logs_specs.reify(envs)  # as the agent does: the rank's error file
+            path = envs[0][errorfile.ENV]
+            monkeypatch.setenv(errorfile.ENV, path)
+            errorfile.reserve()  # as the rank starts
+            Path(path).mkdir()  # the rename fails
+            with monkeypatch.context() as inside:
+                if not opens:  # as a read-only folder refuses every opening for writing
+                    inside.setattr(os, "open", refused)
+                assert not errorfile.write(0, "raised", time.time(), why)
+            raise ChildFailedError("executor.launch", {0: ProcessFailure(0, 1, 1, path)})
+
+        return ranks
+
+    monkeypatch.setattr(executor.launch, "elastic_launch", launch)
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--name", "k"]
+    assert cli.main([*argv, "--runs-dir", str(tmp_path)]) == 2
+    assert f"rank 0 before the first step: {why}; rank logs in" in capsys.readouterr().err
+    assert not list((tmp_path / "k" / "logs").glob("*.tmp"))
+
+
 def test_a_failure_is_placed_without_refusing_unreadable_records(tmp_path):
     """The same class: a run.jsonl that is missing, empty or unreadable places the failure as
     well as it can; it is never the error reported instead of the rank's."""
