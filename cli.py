@@ -871,8 +871,8 @@ MIN_ADDRESS_SPACE = 1 << 30
 # sixty-fifth round: from 1 GiB to about 1.45 GiB the ranks spun for ever in OpenBLAS's
 # start-up (1,100,000 KiB), the launcher's store failed in a 71-line traceback (1,200,000),
 # or a rank failed naming no memory ("Resource temporarily unavailable", "could not create a
-# primitive"). A 1-epoch vit-digits run of 2 ranks first succeeded at 1,550,000 KiB (1,514
-# MiB) on the 2-core machine this was measured on; the floor adds a third to that.
+# primitive"). A 1-epoch vit-digits run of 2 ranks succeeded from 1,525,000 KiB (1,489 MiB)
+# on the 2-core machine this was measured on (1,500,000 failed); the floor adds over a third.
 MIN_RUN_ADDRESS_SPACE = 2 << 30
 # The commands that start ranks, and the floor each needs.
 ADDRESS_SPACE_NEEDED = {"run": MIN_RUN_ADDRESS_SPACE}
