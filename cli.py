@@ -866,16 +866,42 @@ def _check_version(args: list[str]) -> None:
 # failed", "cannot allocate memory for thread-local data"), past any handler that could say
 # it in one line: the thirty-third round saw them from 450 MB to about 900 MB on this machine.
 MIN_ADDRESS_SPACE = 1 << 30
+# `pipeplan run` needs more: each rank loads torch, OpenBLAS and oneDNN and starts gloo's and
+# the store's threads, and the launcher hosts torch's rendezvous store. Found by the
+# sixty-fifth round: from 1 GiB to about 1.45 GiB the ranks spun for ever in OpenBLAS's
+# start-up (1,100,000 KiB), the launcher's store failed in a 71-line traceback (1,200,000),
+# or a rank failed naming no memory ("Resource temporarily unavailable", "could not create a
+# primitive"). A 1-epoch vit-digits run of 2 ranks succeeded from 1,525,000 KiB (1,489 MiB)
+# on the 2-core machine this was measured on (1,500,000 failed); the floor adds over a third.
+MIN_RUN_ADDRESS_SPACE = 2 << 30
+# The commands that start ranks, and the floor each needs.
+ADDRESS_SPACE_NEEDED = {"run": MIN_RUN_ADDRESS_SPACE}
 
 
-def _check_address_space() -> None:
-    """A `ulimit -v` below MIN_ADDRESS_SPACE is refused before any library loads: above it
-    a shortage is the one line `errors.memory_failure` makes of it."""
+def _command_of(args: list[str]) -> str:
+    """The command `args` name, as the address-space floor tells them: `run` that starts no
+    rank (`--prepare-only`, for torchrun) is any command's.
+
+        _command_of(["--debug", "run", "--model", "m"])   # "run"
+    """
+    command = next((a for a in args if a != "--debug"), "")
+    return "" if command == "run" and "--prepare-only" in args else command
+
+
+def _check_address_space(command: str) -> None:
+    """A `ulimit -v` below what `command` needs (MIN_ADDRESS_SPACE; `run`'s more,
+    ADDRESS_SPACE_NEEDED) is refused before any library loads: above it a shortage is the one
+    line `errors.memory_failure` makes of it.
+
+        _check_address_space("run")   # under `ulimit -v 1200000`: BadArgumentError
+    """
+    needed = ADDRESS_SPACE_NEEDED.get(command, MIN_ADDRESS_SPACE)
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY and soft < MIN_ADDRESS_SPACE:
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        what = f"pipeplan {command}" if command in ADDRESS_SPACE_NEEDED else "pipeplan"
         raise BadArgumentError(
-            f"ulimit -v allows {soft >> 20} MiB of address space; pipeplan needs at least "
-            f"{MIN_ADDRESS_SPACE >> 20} MiB (its libraries abort below that): raise the limit"
+            f"ulimit -v allows {soft >> 20} MiB of address space; {what} needs at least "
+            f"{needed >> 20} MiB (its libraries abort below that): raise the limit"
         )
 
 
@@ -1093,7 +1119,7 @@ def main(argv: list[str] | None = None) -> int:
             _check_version(args)
             _check_help(args)
             _check_working_directory()
-            _check_address_space()
+            _check_address_space(_command_of(args))
             check_openmp_environment()
             log.bound_console_size()
             # One call at a time in the process, as the API's (a data function's

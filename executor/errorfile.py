@@ -151,6 +151,28 @@ def _write_all(fd: int, data: bytes) -> None:
 _SPARE: list[tuple[int, tuple[int, int]]] = []
 
 
+# The room, kept open from `reserve` (with its device and inode): a run folder made read-only
+# mid-run (a file system remounted so, a read-only mount put over it) refuses the room's
+# opening for writing, and the report was lost, the launcher's line "exited with code 1"
+# (the sixty-fifth round). Through the descriptor opened before, the report still goes in.
+_KEPT: list[tuple[int, tuple[int, int]]] = []
+
+
+def _kept_room(room: str) -> int | None:
+    """The descriptor `reserve` kept, where it is still the room's file at `room`; else None
+    (and it is closed)."""
+    fd = None
+    while _KEPT:
+        kept, identity = _KEPT.pop()
+        with contextlib.suppress(OSError):
+            if fd is None and _fd_identity(kept) == identity == _identity(room):
+                fd = kept
+                continue
+            if _fd_identity(kept) == identity:
+                os.close(kept)
+    return fd
+
+
 def reserve() -> None:
     """Make this rank's report's room (`errorfile.reserve()`, as the rank starts): ROOM bytes,
     or MIN_ROOM where the disk has not ROOM left. Where it has not even that, nothing stays:
@@ -168,8 +190,10 @@ def reserve() -> None:
             fd = os.open(room, _FLAGS | os.O_TRUNC, 0o644)
             try:
                 _write_all(fd, b" " * size)
-            finally:
+            except OSError:
                 os.close(fd)
+                raise
+            _KEPT.append((fd, _fd_identity(fd)))
             return
         except OSError:
             release()
@@ -191,7 +215,12 @@ def write(rank: int, kind: str, when: float, message: str, callstack: str = "") 
         with contextlib.suppress(OSError):
             if _fd_identity(fd) == identity:
                 os.close(fd)
+    kept = _kept_room(room)
     fd = _open_room(room)
+    if fd is None:  # read-only now: through the descriptor `reserve` kept, where there is one
+        fd = kept
+    elif kept is not None:
+        os.close(kept)
     if fd is None:  # a link, FIFO or folder put there: gone, and the report a new file
         release()
         try:
@@ -204,17 +233,25 @@ def write(rank: int, kind: str, when: float, message: str, callstack: str = "") 
     data = report_json(rank, kind, when, message, callstack, max(size, MIN_ROOM)).encode()
     try:
         try:
+            os.lseek(fd, 0, os.SEEK_SET)  # the kept descriptor stands past the room's spaces
             _write_all(fd, data)
             os.ftruncate(fd, len(data))  # the rest of the room given back
         finally:
             os.close(fd)
+    except OSError:
+        release()
+        return False
+    try:
         if room in _FOLDERS:  # a room of ours (`pipeplan run`'s rank): its error file
             os.replace(room, room.removesuffix(".tmp"))
         else:  # torchrun's path, new for each attempt: never over a file that is there
             _placed_new(room, room.removesuffix(".tmp"))
         return True
     except OSError:
-        release()
+        if room not in _FOLDERS:  # torchrun's: no launcher of ours would read or remove it
+            release()
+        # Else it stays, the whole report in it (a folder made read-only mid-run refuses the
+        # rename): `pipeplan run`'s launcher reads it there (`read_room`), then removes it.
         return False
 
 
@@ -266,9 +303,28 @@ def room_left(path: str | os.PathLike) -> bool:
     return os.path.lexists(f"{os.fspath(path)}.tmp")
 
 
+def read_room(path: str | os.PathLike) -> dict | None:
+    """The report a rank wrote into the room of the error file `path` but could not rename to
+    it (its folder made read-only mid-run: `write`), as torch reads an error file's data; None
+    where the room holds none (spaces: the rank wrote no report) or cannot be read.
+
+        read_room("runs/k/logs/rank-0.error.json")   # {"message": …, "pipeplan": {…}}
+    """
+    try:
+        with open(f"{os.fspath(path)}.tmp", "rb") as held:
+            data = json.loads(held.read(ROOM + 1))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def release() -> None:
     """Give the room back (a rank's clean end, or a failed write): no PATH.tmp stays."""
     room = _room()
+    if room is not None:
+        with contextlib.suppress(OSError):
+            if (fd := _kept_room(room)) is not None:
+                os.close(fd)
     if room is not None and not _moved(room):
         with contextlib.suppress(OSError):
             os.unlink(room)

@@ -227,6 +227,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing import SignalException
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.rendezvous import RendezvousError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 import executor
@@ -342,7 +343,12 @@ from pipeplan.log import PATH_MAX
 from pipeplan.options import build, check_needs_against
 from pipeplan.report import make_report, phase_summaries
 from pipeplan.runfiles import check_summary
-from pipeplan.spawn import RankFailedError, check_local_ranks, check_open_files
+from pipeplan.spawn import (
+    RankFailedError,
+    address_space_capped,
+    check_local_ranks,
+    check_open_files,
+)
 from pipeplan.startup import STOP_SIGNALS, ignored, signal_name, stopped_by
 
 if TYPE_CHECKING:  # the rank imports it in `main`
@@ -1821,6 +1827,7 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
             raise RankFailedError(failure_line(rank, why, run_dir, cfg, old_records), rank)
     except ChildFailedError as exc:
         check_launch_written(run_dir, launcher_log)
+        reports_in_rooms(exc.failures, logs)
         early = ended_early(logs, set(range(cfg.nproc)) - set(exc.failures))
         timeout = cfg.collective_timeout_s
         rank, why = faults.verdict(exc.failures, timeout, stops.pids, early, watch.ended)
@@ -1833,6 +1840,8 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         if exc.sigval == signal.SIGINT:
             raise Interrupted from None
         raise Stopped(exc.sigval) from None  # SIGTERM, SIGUSR1, …: every rank is gone
+    except (RuntimeError, RendezvousError) as exc:
+        raise NotStartedError(rendezvous_failure(exc)) from None
     finally:
         # However the ranks ended, their AutoCache goes as at a normal end: a rank killed by
         # SIGTERM (at once: it may be blocked in a collective) or SIGKILL could not remove it.
@@ -1850,6 +1859,22 @@ def error_file(logs: Path, rank: int) -> Path:
     """`error_file(run_dir / "logs", 1)` → runs/k/logs/rank-1.error.json: where `pipeplan
     run`'s rank reports its failure (torch's `TORCHELASTIC_ERROR_FILE`, `RankLogs`)."""
     return logs / f"rank-{rank}.error.json"
+
+
+def reports_in_rooms(failures: dict[int, Any], logs: Path) -> None:
+    """The report of each failed rank (torch's `ProcessFailure`, by global rank) that torch's
+    agent found no error file of, where the rank wrote it into the file's room but could not
+    rename it there (`errorfile.read_room`): its folder made read-only mid-run. Found by the
+    sixty-fifth round: the line said "exited with code 1", the cause ("Read-only file
+    system") in the rank's log alone.
+
+        reports_in_rooms(exc.failures, run_dir / "logs")   # as ChildFailedError is caught
+    """
+    for rank, failure in failures.items():
+        if faults.Report.from_error_data(failure.error_file_data) is not None:
+            continue
+        if (data := errorfile.read_room(error_file(logs, rank))) is not None:
+            failure.error_file_data = data
 
 
 def ended_early(logs: Path, ranks: Iterable[int]) -> list[int]:
@@ -1872,8 +1897,27 @@ def remove_report_rooms(logs: Path) -> None:
 
 
 class NotStartedError(OutputError):
-    """The run's directory could not be written as its ranks started (a full disk): nothing
-    was trained, and `start_run` removes what it made."""
+    """The run's directory could not be written as its ranks started (a full disk), or torch's
+    rendezvous failed before any rank ran (`rendezvous_failure`): nothing was trained, and
+    `start_run` removes what it made."""
+
+
+def rendezvous_failure(exc: BaseException) -> str:
+    """The line for torch's agent failing to start the ranks: its rendezvous (the store it
+    hosts, its threads) raised before any rank ran, naming memory where the address space is
+    capped. Found by the sixty-fifth round: under `ulimit -v 1200000` the store's thread could
+    not start, a 71-line traceback ending "RuntimeError: Resource temporarily unavailable",
+    exit 1.
+
+        rendezvous_failure(RuntimeError("Resource temporarily unavailable"))
+        # "could not start the ranks: torch's rendezvous failed (Resource temporarily
+        #  unavailable); each process's address space is capped at 1171 MiB (ulimit -v): raise it"
+    """
+    while exc.__cause__ is not None:  # "The connection to the C10d store has failed. See
+        exc = exc.__cause__  # inner exception for details.": the store's own error is why
+    lines = str(exc).strip().splitlines()
+    why = lines[-1].rsplit("] ", 1)[-1] if lines else type(exc).__name__  # no C++ location
+    return f"could not start the ranks: torch's rendezvous failed ({why}){address_space_capped()}"
 
 
 def check_launch_written(run_dir: Path, launcher_log: pipeplan_log.FileHandler | None) -> None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, get_origin
 from pydantic import BaseModel
 
 from pipeplan import log
-from pipeplan.calls import one_call, stops_raised_in_call
+from pipeplan.calls import environment_restored, one_call, stops_raised_in_call
 from pipeplan.errors import (
     BadArgumentError,
     InputFileError,
@@ -58,9 +58,10 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
     `pipeplan: interrupted`, and SIGTERM, SIGHUP and the other stop signals `Stopped`
     (`calls.stops_raised_in_call`): in a call's first seconds (its imports) it was a bare
     KeyboardInterrupt from importlib, pydantic or torch (forty-ninth round). What the file
-    system refuses (a name too long) is an InputFileError, the command line's line. Calls
-    run one at a time (`calls.one_call`): another, from another thread or from inside the user's
-    code during a call, is refused in one line."""
+    system refuses (a name too long) is an InputFileError, the command line's line. The
+    process's environment is the caller's again as a call ends (`calls.environment_restored`).
+    Calls run one at a time (`calls.one_call`): another, from another thread or from inside
+    the user's code during a call, is refused in one line."""
 
     signature = inspect.signature(command)
 
@@ -72,8 +73,14 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
             raise BadArgumentError(_misnamed(command.__name__, signature, kwargs, exc)) from None
         try:
             # claims_released: the run directories it claimed, as its process ends;
-            # stops_raised_in_call: SIGTERM, SIGHUP, … raise Stopped, as the command's do
-            with one_call(f"{command.__name__}()"), stops_raised_in_call(), claims_released():
+            # stops_raised_in_call: SIGTERM, SIGHUP, … raise Stopped, as the command's do;
+            # environment_restored: what the call's libraries set there is not the caller's
+            with (
+                one_call(f"{command.__name__}()"),
+                stops_raised_in_call(),
+                claims_released(),
+                environment_restored(),
+            ):
                 return command(*args, **kwargs)
         except KeyboardInterrupt:
             raise Interrupted from None

@@ -119,6 +119,28 @@ def stops_raised_in_call() -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
+@contextmanager
+def environment_restored() -> Iterator[None]:
+    """The process's environment (`os.environ`) as it was before the block, however it ends:
+    what the block set, changed or removed is put back. An API call's (`api`): found by the
+    sixty-fifth round, `pipeplan.run()` left TORCHINDUCTOR_CACHE_DIR set (torch's
+    `cache_dir_utils.cache_dir` sets it as it is asked for the folder), for the caller's own
+    torch code after it.
+
+        with environment_restored():
+            os.environ["X"] = "1"   # gone again after the block
+    """
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        for name in set(os.environ) - set(before):
+            os.environ.pop(name, None)
+        for name, value in before.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
+
+
 def _after_imports(held: dict[str, Any]) -> None:
     """The stop `stops_raised_in_call` held as the main thread imported, delivered to it
     again once the import is done (or IMPORT_GRACE_S later: raised inside the import then).

@@ -335,7 +335,9 @@ def _run_held(nproc: int, args: tuple, deadline_s: float, what: str, said: Path)
         raise RankFailedError(message, exc.error_index) from None
     except mp.ProcessExitedException as exc:
         rank = exc.error_index
-        why = _death(exc.exit_code) + _last_words(said / f"rank-{rank}.err") + _capped()
+        why = (
+            _death(exc.exit_code) + _last_words(said / f"rank-{rank}.err") + address_space_capped()
+        )
         raise RankFailedError(f"{what}: rank {rank} died ({why})", rank) from None
     finally:
         spawn_log.setLevel(level)
@@ -362,7 +364,7 @@ def _death(code: int) -> str:
     return f"exit code {code}"
 
 
-def _capped() -> str:
+def address_space_capped() -> str:
     """Where this process's address space is capped (`ulimit -v`, which the ranks inherit),
     says so: a rank's allocation past it aborts in C++ ("terminate called …") and the rank
     dies by SIGABRT, naming no memory (the forty-seventh round)."""

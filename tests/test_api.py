@@ -385,7 +385,8 @@ def test_run_resumes_a_run_as_the_command_line_does(finished_run, tmp_path):
     `pipeplan run --resume RUN --epochs E`: one more epoch trained from the checkpoint, its
     summary returned; an option a resume does not take is refused as on the command line.
     Found by the sixty-fourth round: every `run` advanced the caller's `random` numbers (torch's
-    agent draws its rendezvous delay there): a seeded program's next draw differed. Kept."""
+    agent draws its rendezvous delay there): a seeded program's next draw differed. Kept.
+    The environment is as it was before the call (`test_a_call_leaves_the_environment_…`)."""
     import random
 
     from test_hostile import copy_run
@@ -396,8 +397,10 @@ def test_run_resumes_a_run_as_the_command_line_does(finished_run, tmp_path):
     random.seed(64)
     expected = random.random()
     random.seed(64)
+    environment = dict(os.environ)
     summary = pipeplan.run(resume=run, epochs=2)
     assert random.random() == expected
+    assert dict(os.environ) == environment
     assert summary.name == "r" and summary.steps == 4  # 2 steps an epoch, 2 epochs
     assert json.loads((run / "run.json").read_text())["epochs"] == 2
     # The fifty-eighth round: the claim outlived the call (the process's life): another
@@ -405,6 +408,30 @@ def test_run_resumes_a_run_as_the_command_line_does(finished_run, tmp_path):
     from pipeplan.fileio import held_directories
 
     assert run.resolve() not in held_directories()
+
+
+def test_a_call_leaves_the_environment_as_it_was(tmp_path, monkeypatch):
+    """Found by the sixty-fifth round: `pipeplan.run()` left TORCHINDUCTOR_CACHE_DIR set in
+    the caller's environment: torch's `cache_dir_utils.cache_dir` sets it as the call's
+    imports ask it for its folder (once a process, so a real run in this test process, whose
+    torch asked already, shows nothing). The call's end, a failure's too, puts back what was
+    set, changed or removed meanwhile."""
+    from torch._inductor.runtime import cache_dir_utils
+
+    import executor.launch
+
+    def trains(cfg, run_dir, resume=False):
+        cache_dir_utils.cache_dir()  # torch's own: sets TORCHINDUCTOR_CACHE_DIR
+        os.environ["PIPEPLAN_TEST_KEPT"] = "the call's"
+        raise PipeplanError("rank 0 failed")
+
+    monkeypatch.setattr(executor.launch, "run_local", trains)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("PIPEPLAN_TEST_KEPT", "the caller's")
+    environment = dict(os.environ)
+    with pytest.raises(PipeplanError, match="rank 0 failed"):
+        pipeplan.run(runs_dir=tmp_path / "runs", name="s", model="vit-digits", nproc=1, epochs=1)
+    assert dict(os.environ) == environment
 
 
 @pytest.mark.parametrize(

@@ -4666,18 +4666,31 @@ def test_a_library_that_cannot_load_for_lack_of_memory_is_one_line(
 
 
 @pytest.mark.timeout(60)
-def test_an_address_space_too_small_for_the_libraries_is_refused_before_they_load(tmp_path):
+@pytest.mark.parametrize(
+    "command, limit_mib, needs",
+    [
+        ("plan", 600, "pipeplan needs at least 1024 MiB"),
+        ("run", 600, "pipeplan run needs at least 2048 MiB"),
+        ("run", 1171, "pipeplan run needs at least 2048 MiB"),
+    ],
+)
+def test_an_address_space_too_small_for_the_libraries_is_refused_before_they_load(
+    tmp_path, command, limit_mib, needs
+):
     """Found by the thirty-third round: under `ulimit -v` of about 450–900 MB torch, OpenBLAS
     or the tokenizers library aborted in their native start-up (`std::bad_alloc`, exit 134;
     "OpenBLAS error: …", exit 1; a SystemError traceback), where no handler can say a line.
-    A limit below `cli.MIN_ADDRESS_SPACE` is refused first, in one line, nothing written."""
+    A limit below `cli.MIN_ADDRESS_SPACE` is refused first, in one line, nothing written.
+    Found by the sixty-fifth round: `run` under 1,200,000 KiB (1171 MiB), above that floor,
+    hung in its ranks' OpenBLAS start-up or ended in a 71-line traceback: `run` is held to
+    its own measured floor (`cli.MIN_RUN_ADDRESS_SPACE`)."""
     import resource
 
     def small() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (600 << 20, resource.RLIM_INFINITY))
+        resource.setrlimit(resource.RLIMIT_AS, (limit_mib << 20, resource.RLIM_INFINITY))
 
-    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--epochs", "1"]
-    argv += ["--runs-dir", str(tmp_path / "runs")]
+    argv = [command, "--model", "vit-digits", "--nproc", "1", "--epochs", "1"]
+    argv += ["--runs-dir", str(tmp_path / "runs")]  # refused before they are read
     done = subprocess.run(
         [sys.executable, "-m", "cli", *argv],
         cwd=Path(cli.__file__).parent,
@@ -4688,10 +4701,20 @@ def test_an_address_space_too_small_for_the_libraries_is_refused_before_they_loa
     )
     assert (done.returncode, done.stdout) == (2, ""), done
     assert done.stderr.splitlines() == [
-        "pipeplan: error: ulimit -v allows 600 MiB of address space; pipeplan needs at least "
-        "1024 MiB (its libraries abort below that): raise the limit"
+        f"pipeplan: error: ulimit -v allows {limit_mib} MiB of address space; {needs} "
+        "(its libraries abort below that): raise the limit"
     ], done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_address_space_floor_is_the_commands():
+    """`run` that starts ranks is held to its floor; any other command, and `run
+    --prepare-only` (no rank), to the libraries' (`plan` needs no ranks' stores and threads)."""
+    assert cli._command_of(["--debug", "run", "--model", "m"]) == "run"
+    assert cli._command_of(["run", "--prepare-only"]) == ""
+    assert cli.ADDRESS_SPACE_NEEDED.get(cli._command_of(["plan"]), cli.MIN_ADDRESS_SPACE) == (
+        cli.MIN_ADDRESS_SPACE
+    )
 
 
 def test_a_causal_lms_vocabulary_past_a_count_is_a_profiles_num_labels():

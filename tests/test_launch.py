@@ -2267,6 +2267,50 @@ def test_a_rank_stopped_as_it_starts_is_named_not_a_missing_run_jsonl(
     assert (run / "run.json").is_file() and (run / "logs" / "launcher.log").is_file()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("store", ["backend", "agent"])
+def test_a_rendezvous_that_fails_is_one_line_naming_the_address_space(
+    tmp_path, monkeypatch, capsys, store
+):
+    """Found by the sixty-fifth round: under `ulimit -v 1200000` torch's agent could not start
+    its rendezvous store's thread: a 71-line traceback ending "RuntimeError: Resource
+    temporarily unavailable", exit 1. The store's own error (torch's rendezvous, unpatched,
+    up to the store it makes) is one line, exit 2, naming the cap where one is set; nothing
+    trained, the run's folder goes as a start that met a full disk does. Either store: the
+    rendezvous backend's (torch wraps its error: "See inner exception"), or the one the agent
+    hosts for the ranks once the rendezvous is done (the round's traceback)."""
+    import resource
+
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend, dynamic_rendezvous
+
+    import cli
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("Resource temporarily unavailable")
+
+    # Above `run`'s floor (`cli.MIN_RUN_ADDRESS_SPACE`), which now refuses 1200000 first: a
+    # host with more cores starts more threads, and may still fall short above it.
+    capped = 3_000_000 << 10  # bytes, as `ulimit -v 3000000` sets it
+    getrlimit = resource.getrlimit
+
+    def limits(kind: int) -> tuple[int, int]:
+        return (capped, capped) if kind == resource.RLIMIT_AS else getrlimit(kind)
+
+    if store == "backend":
+        monkeypatch.setattr(c10d_rendezvous_backend, "TCPStore", fails)
+    else:
+        monkeypatch.setattr(dynamic_rendezvous.dist, "TCPStore", fails)
+    monkeypatch.setattr(resource, "getrlimit", limits)
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--name", "k"]
+    assert cli.main([*argv, "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err == (
+        "pipeplan: error: could not start the ranks: torch's rendezvous failed (Resource "
+        "temporarily unavailable); each process's address space is capped at 2929 MiB "
+        "(ulimit -v): raise it\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_report_rooms_of_killed_ranks_go_when_the_ranks_have(tmp_path, monkeypatch, capsys):
     """With the nineteenth round's fix (a rank keeps its report's room from its start, for a
     failure on a full disk): the ranks the agent stops with SIGTERM, or SIGKILL, leave their
@@ -2299,6 +2343,54 @@ def test_the_report_rooms_of_killed_ranks_go_when_the_ranks_have(tmp_path, monke
     argv = ["run", "--model", "vit-digits", "--nproc", "2", "--name", "k"]
     assert cli.main([*argv, "--runs-dir", str(tmp_path)]) == 2
     assert "rank 1 before the first step: killed by SIGKILL" in capsys.readouterr().err
+    assert not list((tmp_path / "k" / "logs").glob("*.tmp"))
+
+
+@pytest.mark.parametrize("opens", [True, False], ids=["rename refused", "open refused too"])
+def test_a_report_that_could_not_be_renamed_is_read_in_its_room(
+    tmp_path, monkeypatch, capsys, opens
+):
+    """Found by the sixty-fifth round: a run folder made read-only mid-run (a read-only mount
+    put over it) refused the rank's report its rename, and its opening for writing: the line
+    said "exited with code 1", the cause in rank-0.log alone, `rank-0.error.json.tmp` left
+    (64 KiB). The rank writes its report through the room it kept open from its start, and
+    where the rename fails the launcher reads it in the room, then removes the room. Here the
+    rename fails for a folder at the report's name, and the opening (`opens=False`) as a
+    read-only folder refuses it."""
+    import errno
+    import time
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    import cli
+    import executor.launch
+    from executor import errorfile
+
+    why = "runs/k/metrics.csv: cannot write in runs/k (Read-only file system)"
+
+    def refused(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+
+    def launch(config, entrypoint):
+        def ranks(*args):
+            envs = {0: {"RANK": "0"}}
+            config.logs_specs.reify(envs)  # as the agent does: the rank's error file
+            path = envs[0][errorfile.ENV]
+            monkeypatch.setenv(errorfile.ENV, path)
+            errorfile.reserve()  # as the rank starts
+            Path(path).mkdir()  # the rename fails
+            with monkeypatch.context() as inside:
+                if not opens:  # as a read-only folder refuses every opening for writing
+                    inside.setattr(os, "open", refused)
+                assert not errorfile.write(0, "raised", time.time(), why)
+            raise ChildFailedError("executor.launch", {0: ProcessFailure(0, 1, 1, path)})
+
+        return ranks
+
+    monkeypatch.setattr(executor.launch, "elastic_launch", launch)
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--name", "k"]
+    assert cli.main([*argv, "--runs-dir", str(tmp_path)]) == 2
+    assert f"rank 0 before the first step: {why}; rank logs in" in capsys.readouterr().err
     assert not list((tmp_path / "k" / "logs").glob("*.tmp"))
 
 
