@@ -4,7 +4,14 @@ from __future__ import annotations
 
 # First, before typer and rich (half a second of imports): a start interrupted by a signal
 # ends with the command's line, not a traceback from inside an import (forty-eighth round).
-from pipeplan.startup import STOP_SIGNALS, ignored, importing, stopped_by  # isort: skip
+from pipeplan.startup import (  # isort: skip
+    STOP_SIGNALS,
+    first_arrived,
+    ignored,
+    importing,
+    stopped_by,
+    watch_arrivals,
+)
 
 import _thread
 import contextlib
@@ -920,55 +927,12 @@ def _said_ignored(unraisable: object) -> None:
 def _stop(signum: int, frame: FrameType | None) -> None:
     if _stop_landed():
         return
-    signum = _first_arrived(signum)
+    signum = first_arrived(signum)  # of a burst, the first: `startup.first_arrived`
     if _deferred(signum, frame):
         return
     if signum == signal.SIGINT:
         raise Interrupted
     raise Stopped(signum)
-
-
-def _first_arrived(signum: int) -> int:
-    """Of the stops that arrived since the last one handled, the first (`signum` when none is
-    known): Python runs the handlers of signals pending together in the order of their
-    numbers, not of their arrival, so a burst of SIGTERM, SIGINT and SIGHUP (`kill` of a
-    process group, one after the other) was said as "stopped by SIGHUP", exit 129 (the
-    sixty-fourth round). The process's wakeup pipe (`_arrivals`) holds each signal's number
-    in the order the C handler took them."""
-    if not _arrivals:
-        return signum
-    try:
-        arrived = os.read(_arrivals[0], 4096)
-    except OSError:  # nothing there (BlockingIOError): this handler's signal alone
-        return signum
-    stops = {signal.SIGINT, *STOP_SIGNALS}
-    return next((number for number in arrived if number in stops), signum)
-
-
-_arrivals: list[int] = []  # the read end of the wakeup pipe `_watch_arrivals` set, if it did
-ARRIVALS_MIN_OPEN_FILES = 64
-
-
-def _watch_arrivals() -> None:
-    """A wakeup pipe for the process's own run (`main` of the `pipeplan` command), unless
-    one is set already (an embedding program's, asyncio's): `_first_arrived` reads it. The
-    pipe is never full of what matters: it is read at each stop, and only the first stop is
-    acted on."""
-    if _arrivals or threading.current_thread() is not threading.main_thread():
-        return
-    # Under a tight open-files limit (`ulimit -n 7`) the pipe's two descriptors were the
-    # command's own: export then could not open a module it imports. There, number order.
-    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < ARRIVALS_MIN_OPEN_FILES:
-        return
-    read, write = os.pipe()
-    for fd in (read, write):
-        os.set_blocking(fd, False)
-    if signal.set_wakeup_fd(write, warn_on_full_buffer=False) != -1:
-        signal.set_wakeup_fd(-1)  # there was one: not ours to replace
-        os.close(read)
-        os.close(write)
-        return
-    _arrivals[:] = [read, write]
 
 
 def _stop_landed() -> bool:
@@ -1077,8 +1041,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _hoist_debug(given)
     handlers = dict.fromkeys((signal.SIGINT, *STOP_SIGNALS), _stop)
     _said.clear()
-    if argv is None:
-        _watch_arrivals()
+    if argv is None:  # the record of arrival order, where `startup` did not make it
+        watch_arrivals()
     previous = _install({signum: handlers[signum] for signum in set(handlers) - set(ignored())})
     log.threads_held()
     try:

@@ -2614,7 +2614,6 @@ RANK_VALUES = ("json._default_encoder", "json._default_decoder")
 # nothing, exit 0. tests/test_data.py checks the list against the code that changes them.
 RANK_STATE = frozenset(
     {
-        "cli._arrivals",
         "cli._debug",
         "cli._forced",
         "cli._pending",
@@ -2662,6 +2661,8 @@ RANK_STATE = frozenset(
         "pipeplan.solver._FAMILIES",
         "pipeplan.solver._LINKS",
         "pipeplan.solver._SHAPES",
+        "pipeplan.startup._arrivals",
+        "pipeplan.startup._pipe_read",
     }
 )
 

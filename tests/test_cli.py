@@ -1201,10 +1201,54 @@ def test_a_burst_of_stops_is_said_as_the_first_that_arrived():
         "sys.argv = ['pipeplan', 'plan', '--help']\n"
         "print('after', cli.main(), flush=True)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    for limit in (None, 63):  # the sixty-fifth round: no record below 64 open files
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+            preexec_fn=limit and _open_files_capped(limit),
+        )
+        assert (done.stdout, done.stderr) == ("after 143\n", "pipeplan: stopped by SIGTERM\n")
+
+
+def _open_files_capped(limit: int):
+    """A subprocess's preexec_fn: its open-files limit (`ulimit -n`) set to `limit`."""
+    import resource
+
+    return lambda: resource.setrlimit(
+        resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     )
-    assert (done.stdout, done.stderr) == ("after 143\n", "pipeplan: stopped by SIGTERM\n")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("limit", [None, 63, 6])
+def test_a_burst_of_stops_as_the_command_starts_is_said_as_the_first(limit):
+    """Found by the sixty-fifth round: the same burst while the command still imported (its
+    start-up handlers, `startup._end`, before `cli.main`) was said as "stopped by SIGHUP",
+    exit 129, every time; under `ulimit -n 63` at any time. The record of arrival order is
+    made before the first handler, under any open-files limit the command runs under but
+    the five it needs for itself."""
+    code = (
+        "import os, subprocess, sys, time\n"
+        "sys.argv = ['pipeplan', 'models']  # the command's process: its start-up handlers\n"
+        "import pipeplan.startup\n"
+        "kills = '; '.join(f'kill -{s} {os.getpid()}' for s in ('TERM', 'INT', 'HUP'))\n"
+        "subprocess.Popen(['/bin/sh', '-c', f'sleep 0.5; {kills}'])\n"
+        "end = time.monotonic() + 20\n"
+        "while time.monotonic() < end:\n"
+        "    sum(range(10**7))  # C: the handlers wait for it\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        preexec_fn=limit and _open_files_capped(limit),
+    )
+    assert (done.returncode, done.stderr) == (143, "pipeplan: stopped by SIGTERM\n")
 
 
 def test_importing_cli_elsewhere_leaves_the_signals_alone():
