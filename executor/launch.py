@@ -1838,9 +1838,15 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         raise RankFailedError(line, rank) from None
     except SignalException as exc:  # the agent has stopped every rank by now
         # Its handlers (torch's, `on_ctrl_c`, `agent_stop`) raise for whichever of a burst
-        # Python runs first, in number order, or for one that lands in its shutdown: the
-        # first that arrived is said (the sixty-fifth round: TERM, INT, HUP was "interrupted").
+        # Python runs first or last, in number order, over what the command's (`cli._stop`,
+        # still installed for SIGTERM until torch's are) raised for the first that arrived:
+        # that one is said (the sixty-fifth round: TERM, INT, HUP was "interrupted").
         signum = first_arrived(exc.sigval)
+        earlier = exc.__context__
+        while earlier is not None:
+            if isinstance(earlier, (Stopped, Interrupted)):
+                signum = getattr(earlier, "signum", signal.SIGINT)  # the earliest raised
+            earlier = earlier.__context__
         if signum == signal.SIGINT:
             raise Interrupted from None
         raise Stopped(signum) from None  # SIGTERM, SIGUSR1, …: every rank is gone
