@@ -942,9 +942,10 @@ def _stop_landed() -> bool:
     twice, or a traceback with exit 1 (the second raised in `main`'s `except` or `finally`),
     and cut the first one's clean-up short (export's `.pipeplan-export-…/` was left). A stop
     has landed while what it raised is being handled (a clean-up's `except BaseException` or
-    `finally`, or an exception that clean-up raised), and once `main` has caught it
-    (`_said`) until the next `main`. One swallowed (data code's bare `except:`) or dropped
-    (raised in a finalizer, then delivered again) is not acted on: the next stop is."""
+    `finally`, or an exception that clean-up raised), and once `main` has caught it, or an
+    error it reports (`_said`), until the next `main`. One swallowed (data code's bare
+    `except:`) or dropped (raised in a finalizer, then delivered again) is not acted on: the
+    next stop is."""
     if _said:
         return True
     exc = sys.exc_info()[1]
@@ -955,7 +956,11 @@ def _stop_landed() -> bool:
     return False
 
 
-_said: list[int] = []  # the stop `main` caught, while it says it and puts the handlers back
+# The stop `main` caught (0: the error it reports), while it says it and puts the handlers
+# back. Found by the sixty-fifth round: a SIGTERM landing while an error line was written to
+# a stderr that did not drain (a paused terminal, a full pipe) printed a 58-line traceback
+# ending in Stopped, exit 1, after the line: the line is the outcome, exit 2, as a stop's is.
+_said: list[int] = []
 
 
 def _deferred(signum: int, frame: FrameType | None) -> bool:
@@ -1070,11 +1075,13 @@ def main(argv: list[str] | None = None) -> int:
                 logging.getLogger("pipeplan.cli").warning("%s", line)
         return code
     except PipeplanError as exc:
+        _said.append(0)  # the outcome, said: a stop landing as it is written is not acted on
         if _debug["on"]:  # the traceback too, and still the exit code of a user error
             traceback.print_exc()
         log.error(exc)
         return 2
     except _USAGE_ERRORS as exc:
+        _said.append(0)
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `pipeplan`: the help, printed
             return 0
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
@@ -1092,9 +1099,11 @@ def main(argv: list[str] | None = None) -> int:
         failure = memory_failure(exc)
         if failure is None:
             raise
+        _said.append(0)
         log.error(failure)
         return 2
     except OSError as exc:  # what the file system refuses (a name too long, …) in one line
+        _said.append(0)
         if _debug["on"]:
             traceback.print_exc()
         if (failure := memory_failure(exc) or tempdir_failure(exc)) is not None:

@@ -1,5 +1,6 @@
 """The command line: real runs, and bad input as one line with exit code 2."""
 
+import contextlib
 import importlib.metadata
 import inspect
 import json
@@ -1249,6 +1250,48 @@ def test_a_burst_of_stops_as_the_command_starts_is_said_as_the_first(limit):
         preexec_fn=limit and _open_files_capped(limit),
     )
     assert (done.returncode, done.stderr) == (143, "pipeplan: stopped by SIGTERM\n")
+
+
+@pytest.mark.timeout(60)
+def test_a_stop_while_the_error_line_is_written_leaves_the_error_the_outcome(tmp_path):
+    """Found by the sixty-fifth round: SIGTERM while export's error line (a missing run) was
+    written to a stderr that did not drain (a full pipe; a terminal paused with Ctrl-S) gave
+    the line, then a 58-line traceback ending in Stopped, exit 1. The line is the outcome,
+    exit 2, a stop landing as it is written not acted on, as one landing as a stop's is."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    filled = 0
+    for size in (4096, 1):  # the pipe full to its last byte
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                filled += os.write(write, b"x" * size)
+    os.set_blocking(write, True)
+    code = (
+        "import sys\n"
+        "sys.argv = ['pipeplan', 'export', sys.argv[1], '--out', sys.argv[2]]\n"
+        "import cli\n"
+        "sys.exit(cli.main())\n"
+    )
+    missing, out = tmp_path / "missing", tmp_path / "out"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(missing), str(out)],
+        stderr=write,
+        stdout=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    os.close(write)
+    end = time.monotonic() + 40
+    while time.monotonic() < end:  # until it waits to write its line
+        if Path(f"/proc/{child.pid}/wchan").read_text().endswith("pipe_write"):
+            break
+        time.sleep(0.05)
+    os.kill(child.pid, signal.SIGTERM)
+    said = b""
+    while chunk := os.read(read, 65536):
+        said += chunk
+    os.close(read)
+    assert child.wait(timeout=30) == 2
+    assert said[filled:].decode() == f"pipeplan: error: {missing}: no such run directory\n"
 
 
 def test_importing_cli_elsewhere_leaves_the_signals_alone():
