@@ -50,6 +50,7 @@ from pipeplan.errors import (
     tempdir_failure,
 )
 from pipeplan.exits import command_process, ignored_line, run_exit_callbacks
+from pipeplan.fileio import OUTPUT_WRITTEN
 from pipeplan.formats import RunConfig
 from pipeplan.formats.base import MAX_EPOCHS, Needs, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
@@ -943,10 +944,11 @@ def _stop_landed() -> bool:
     and cut the first one's clean-up short (export's `.pipeplan-export-…/` was left). A stop
     has landed while what it raised is being handled (a clean-up's `except BaseException` or
     `finally`, or an exception that clean-up raised), and once `main` has caught it, or an
-    error it reports (`_said`), until the next `main`. One swallowed (data code's bare
+    error it reports (`_said`), or the command's output is in place (`OUTPUT_WRITTEN`), until
+    the next `main`. One swallowed (data code's bare
     `except:`) or dropped (raised in a finalizer, then delivered again) is not acted on: the
     next stop is."""
-    if _said:
+    if _said or OUTPUT_WRITTEN:  # a stop, an error or the output written is the outcome
         return True
     exc = sys.exc_info()[1]
     while exc is not None:
@@ -1046,6 +1048,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _hoist_debug(given)
     handlers = dict.fromkeys((signal.SIGINT, *STOP_SIGNALS), _stop)
     _said.clear()
+    OUTPUT_WRITTEN.clear()
     if argv is None:  # the record of arrival order, where `startup` did not make it
         watch_arrivals()
     previous = _install({signum: handlers[signum] for signum in set(handlers) - set(ignored())})
@@ -1116,7 +1119,8 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None:  # the process's own run: a later Ctrl-C has nothing left to stop (it
             # raised at exit, or a traceback; one in the lines below did: the fifty-sixth round),
             # nor, once a stop has been said, a later stop: the process ends as it said
-            ends = (signal.SIGINT, *STOP_SIGNALS) if _said else (signal.SIGINT,)
+            done = _said or OUTPUT_WRITTEN
+            ends = (signal.SIGINT, *STOP_SIGNALS) if done else (signal.SIGINT,)
             _install({**(previous or {}), **dict.fromkeys(ends, signal.SIG_IGN)})
         elif previous is not None:
             _install(previous)

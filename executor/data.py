@@ -2646,6 +2646,7 @@ RANK_STATE = frozenset(
         "pipeplan.calls._LOCK",
         "pipeplan.calls._RUNNING",
         "pipeplan.exits._COMMAND",
+        "pipeplan.fileio.OUTPUT_WRITTEN",
         "pipeplan.fileio._FOLDER_HELD",
         "pipeplan.fileio._HELD",
         "pipeplan.fileio._HELD_AS",

@@ -1294,6 +1294,26 @@ def test_a_stop_while_the_error_line_is_written_leaves_the_error_the_outcome(tmp
     assert said[filled:].decode() == f"pipeplan: error: {missing}: no such run directory\n"
 
 
+def test_a_stop_once_the_output_is_written_leaves_the_command_done(tmp_path, monkeypatch, capsys):
+    """Found by the sixty-fifth round: `plan --out` over an old plan, stopped by SIGTERM as it
+    printed its phases, said "stopped by SIGTERM", exit 143, with the old plan replaced. Once
+    the output is in place (`fileio.OUTPUT_WRITTEN`) the command is done: it says what it
+    wrote, exit 0. A stop held while the plan is renamed into place is the same case."""
+    out = tmp_path / "plan.json"
+    out.write_text('{"old": true}')
+    said = cli.say
+
+    def stopped(line, to=None):  # its handler runs as os.kill returns
+        os.kill(os.getpid(), signal.SIGTERM)
+        said(line, to)
+
+    monkeypatch.setattr(cli, "say", stopped)
+    assert cli.main(["plan", "--profile", PROFILE, "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["phases"]
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith(f"wrote {out} (predicted total") and "stopped" not in str(err)
+
+
 def test_importing_cli_elsewhere_leaves_the_signals_alone():
     """A program or a test that imports cli keeps its own Ctrl-C: only the command's process
     (`pipeplan`, `python -m cli`) ends at once."""
