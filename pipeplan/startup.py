@@ -113,14 +113,15 @@ def importing(frame: Any) -> bool:
 # (/proc/self/fd, Linux) is both its ends, and its two first descriptors are closed at once.
 # So it costs one descriptor, taken as the process starts, when only the standard three are
 # open: under `ulimit -n 63` too (the sixty-fifth round: the pipe was left out below 64, and
-# a burst was said in number order). The command itself runs under a limit of five (the standard
-# three, `cli`'s copy of the console, one to import through): there, no descriptor is left
-# to spare, and no record (ARRIVALS_MIN_OPEN_FILES). Nor where another wakeup descriptor is
-# set (an embedding program's, asyncio's: not ours to replace): number order. The kernel itself
-# delivers stops pending together lowest-numbered first: the record is arrival order as the
-# process takes them, which a burst sent to a process asleep in a system call may not be.
+# a burst was said in number order). Below ARRIVALS_MIN_OPEN_FILES, none: the commands reach
+# the limit with their own files there (`ulimit -n 7`: export, which names the limit in its
+# line; with the record it failed importing a module of its own). Nor where another wakeup
+# descriptor is set (an embedding program's, asyncio's: not ours to replace): number order.
+# The kernel hands over stops pending together by their numbers too (their handlers nest, the
+# highest-numbered running first): the record is arrival order as the process takes them,
+# which a burst that reaches it all at once (asleep in a system call) may not be.
 _arrivals: list[int] = []  # the record's descriptor, once `watch_arrivals` has made it
-ARRIVALS_MIN_OPEN_FILES = 6
+ARRIVALS_MIN_OPEN_FILES = 16
 
 
 def watch_arrivals() -> None:
@@ -132,7 +133,7 @@ def watch_arrivals() -> None:
     if _arrivals or threading.current_thread() is not threading.main_thread():
         return
     if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < ARRIVALS_MIN_OPEN_FILES:
-        return  # the command's own descriptors (`ulimit -n 5`): none to spare
+        return  # the command's own descriptors (`ulimit -n 7`): none to spare
     try:
         record = _one_descriptor_pipe()
     except OSError:  # out of descriptors as the process starts (or no pipe at all)
