@@ -4,7 +4,14 @@ from __future__ import annotations
 
 # First, before typer and rich (half a second of imports): a start interrupted by a signal
 # ends with the command's line, not a traceback from inside an import (forty-eighth round).
-from pipeplan.startup import STOP_SIGNALS, ignored, importing, stopped_by  # isort: skip
+from pipeplan.startup import (  # isort: skip
+    STOP_SIGNALS,
+    first_arrived,
+    ignored,
+    importing,
+    stopped_by,
+    watch_arrivals,
+)
 
 import _thread
 import contextlib
@@ -43,6 +50,7 @@ from pipeplan.errors import (
     tempdir_failure,
 )
 from pipeplan.exits import command_process, ignored_line, run_exit_callbacks
+from pipeplan.fileio import OUTPUT_WRITTEN
 from pipeplan.formats import RunConfig
 from pipeplan.formats.base import MAX_EPOCHS, Needs, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
@@ -946,55 +954,12 @@ def _said_ignored(unraisable: object) -> None:
 def _stop(signum: int, frame: FrameType | None) -> None:
     if _stop_landed():
         return
-    signum = _first_arrived(signum)
+    signum = first_arrived(signum)  # of a burst, the first: `startup.first_arrived`
     if _deferred(signum, frame):
         return
     if signum == signal.SIGINT:
         raise Interrupted
     raise Stopped(signum)
-
-
-def _first_arrived(signum: int) -> int:
-    """Of the stops that arrived since the last one handled, the first (`signum` when none is
-    known): Python runs the handlers of signals pending together in the order of their
-    numbers, not of their arrival, so a burst of SIGTERM, SIGINT and SIGHUP (`kill` of a
-    process group, one after the other) was said as "stopped by SIGHUP", exit 129 (the
-    sixty-fourth round). The process's wakeup pipe (`_arrivals`) holds each signal's number
-    in the order the C handler took them."""
-    if not _arrivals:
-        return signum
-    try:
-        arrived = os.read(_arrivals[0], 4096)
-    except OSError:  # nothing there (BlockingIOError): this handler's signal alone
-        return signum
-    stops = {signal.SIGINT, *STOP_SIGNALS}
-    return next((number for number in arrived if number in stops), signum)
-
-
-_arrivals: list[int] = []  # the read end of the wakeup pipe `_watch_arrivals` set, if it did
-ARRIVALS_MIN_OPEN_FILES = 64
-
-
-def _watch_arrivals() -> None:
-    """A wakeup pipe for the process's own run (`main` of the `pipeplan` command), unless
-    one is set already (an embedding program's, asyncio's): `_first_arrived` reads it. The
-    pipe is never full of what matters: it is read at each stop, and only the first stop is
-    acted on."""
-    if _arrivals or threading.current_thread() is not threading.main_thread():
-        return
-    # Under a tight open-files limit (`ulimit -n 7`) the pipe's two descriptors were the
-    # command's own: export then could not open a module it imports. There, number order.
-    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < ARRIVALS_MIN_OPEN_FILES:
-        return
-    read, write = os.pipe()
-    for fd in (read, write):
-        os.set_blocking(fd, False)
-    if signal.set_wakeup_fd(write, warn_on_full_buffer=False) != -1:
-        signal.set_wakeup_fd(-1)  # there was one: not ours to replace
-        os.close(read)
-        os.close(write)
-        return
-    _arrivals[:] = [read, write]
 
 
 def _stop_landed() -> bool:
@@ -1004,10 +969,12 @@ def _stop_landed() -> bool:
     twice, or a traceback with exit 1 (the second raised in `main`'s `except` or `finally`),
     and cut the first one's clean-up short (export's `.pipeplan-export-…/` was left). A stop
     has landed while what it raised is being handled (a clean-up's `except BaseException` or
-    `finally`, or an exception that clean-up raised), and once `main` has caught it
-    (`_said`) until the next `main`. One swallowed (data code's bare `except:`) or dropped
-    (raised in a finalizer, then delivered again) is not acted on: the next stop is."""
-    if _said:
+    `finally`, or an exception that clean-up raised), and once `main` has caught it, or an
+    error it reports (`_said`), or the command's output is in place (`OUTPUT_WRITTEN`), until
+    the next `main`. One swallowed (data code's bare
+    `except:`) or dropped (raised in a finalizer, then delivered again) is not acted on: the
+    next stop is."""
+    if _said or OUTPUT_WRITTEN:  # a stop, an error or the output written is the outcome
         return True
     exc = sys.exc_info()[1]
     while exc is not None:
@@ -1017,7 +984,11 @@ def _stop_landed() -> bool:
     return False
 
 
-_said: list[int] = []  # the stop `main` caught, while it says it and puts the handlers back
+# The stop `main` caught (0: the error it reports), while it says it and puts the handlers
+# back. Found by the sixty-fifth round: a SIGTERM landing while an error line was written to
+# a stderr that did not drain (a paused terminal, a full pipe) printed a 58-line traceback
+# ending in Stopped, exit 1, after the line: the line is the outcome, exit 2, as a stop's is.
+_said: list[int] = []
 
 
 def _deferred(signum: int, frame: FrameType | None) -> bool:
@@ -1103,8 +1074,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _hoist_debug(given)
     handlers = dict.fromkeys((signal.SIGINT, *STOP_SIGNALS), _stop)
     _said.clear()
-    if argv is None:
-        _watch_arrivals()
+    OUTPUT_WRITTEN.clear()
+    if argv is None:  # the record of arrival order, where `startup` did not make it
+        watch_arrivals()
     previous = _install({signum: handlers[signum] for signum in set(handlers) - set(ignored())})
     log.threads_held()
     try:
@@ -1132,11 +1104,13 @@ def main(argv: list[str] | None = None) -> int:
                 logging.getLogger("pipeplan.cli").warning("%s", line)
         return code
     except PipeplanError as exc:
+        _said.append(0)  # the outcome, said: a stop landing as it is written is not acted on
         if _debug["on"]:  # the traceback too, and still the exit code of a user error
             traceback.print_exc()
         log.error(exc)
         return 2
     except _USAGE_ERRORS as exc:
+        _said.append(0)
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `pipeplan`: the help, printed
             return 0
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
@@ -1154,9 +1128,11 @@ def main(argv: list[str] | None = None) -> int:
         failure = memory_failure(exc)
         if failure is None:
             raise
+        _said.append(0)
         log.error(failure)
         return 2
     except OSError as exc:  # what the file system refuses (a name too long, …) in one line
+        _said.append(0)
         if _debug["on"]:
             traceback.print_exc()
         if (failure := memory_failure(exc) or tempdir_failure(exc)) is not None:
@@ -1169,7 +1145,8 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None:  # the process's own run: a later Ctrl-C has nothing left to stop (it
             # raised at exit, or a traceback; one in the lines below did: the fifty-sixth round),
             # nor, once a stop has been said, a later stop: the process ends as it said
-            ends = (signal.SIGINT, *STOP_SIGNALS) if _said else (signal.SIGINT,)
+            done = _said or OUTPUT_WRITTEN
+            ends = (signal.SIGINT, *STOP_SIGNALS) if done else (signal.SIGINT,)
             _install({**(previous or {}), **dict.fromkeys(ends, signal.SIG_IGN)})
         elif previous is not None:
             _install(previous)

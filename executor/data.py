@@ -2800,7 +2800,6 @@ RANK_VALUES = ("json._default_encoder", "json._default_decoder")
 # nothing, exit 0. tests/test_data.py checks the list against the code that changes them.
 RANK_STATE = frozenset(
     {
-        "cli._arrivals",
         "cli._debug",
         "cli._forced",
         "cli._pending",
@@ -2833,6 +2832,7 @@ RANK_STATE = frozenset(
         "pipeplan.calls._LOCK",
         "pipeplan.calls._RUNNING",
         "pipeplan.exits._COMMAND",
+        "pipeplan.fileio.OUTPUT_WRITTEN",
         "pipeplan.fileio._FOLDER_HELD",
         "pipeplan.fileio._HELD",
         "pipeplan.fileio._HELD_AS",
@@ -2848,6 +2848,8 @@ RANK_STATE = frozenset(
         "pipeplan.solver._FAMILIES",
         "pipeplan.solver._LINKS",
         "pipeplan.solver._SHAPES",
+        "pipeplan.startup._arrivals",
+        "pipeplan.startup._pipe_read",
     }
 )
 

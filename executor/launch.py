@@ -349,7 +349,14 @@ from pipeplan.spawn import (
     check_local_ranks,
     check_open_files,
 )
-from pipeplan.startup import STOP_SIGNALS, ignored, signal_name, stopped_by
+from pipeplan.startup import (
+    STOP_SIGNALS,
+    first_arrived,
+    forget_arrivals,
+    ignored,
+    signal_name,
+    stopped_by,
+)
 
 if TYPE_CHECKING:  # the rank imports it in `main`
     from executor.worker import StartWait
@@ -1837,9 +1844,19 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         line = failure_line(rank, why + watch.unreaped(), run_dir, cfg, old_records)
         raise RankFailedError(line, rank) from None
     except SignalException as exc:  # the agent has stopped every rank by now
-        if exc.sigval == signal.SIGINT:
+        # Its handlers (torch's, `on_ctrl_c`, `agent_stop`) raise for whichever of a burst
+        # Python runs first or last, in number order, over what the command's (`cli._stop`,
+        # still installed for SIGTERM until torch's are) raised for the first that arrived:
+        # that one is said (the sixty-fifth round: TERM, INT, HUP was "interrupted").
+        signum = first_arrived(exc.sigval)
+        earlier = exc.__context__
+        while earlier is not None:
+            if isinstance(earlier, (Stopped, Interrupted)):
+                signum = getattr(earlier, "signum", signal.SIGINT)  # the earliest raised
+            earlier = earlier.__context__
+        if signum == signal.SIGINT:
             raise Interrupted from None
-        raise Stopped(exc.sigval) from None  # SIGTERM, SIGUSR1, …: every rank is gone
+        raise Stopped(signum) from None  # SIGTERM, SIGUSR1, …: every rank is gone
     except (RuntimeError, RendezvousError) as exc:
         raise NotStartedError(rendezvous_failure(exc)) from None
     finally:
@@ -2060,6 +2077,7 @@ def agent_scope(logs: Path) -> Iterator[pipeplan_log.FileHandler]:
     else:
         os.environ[INTERRUPTED] = str(mark)
     if threading.current_thread() is threading.main_thread():  # no handlers elsewhere
+        forget_arrivals()  # a stop from here on is `run_local`'s (`startup.first_arrived`)
         ours = {signal.SIGINT: on_ctrl_c(mark), **dict.fromkeys(AGENT_UNNAMED, agent_stop)}
         for sig in set(ours) - set(ignored(tuple(ours))):  # an ignored one stays ignored
             signal.signal(sig, ours[sig])

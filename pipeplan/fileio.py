@@ -297,6 +297,14 @@ def enclosing_run(path: str | Path, *, strictly: bool = False) -> Path | None:
     return None
 
 
+# The output a command was asked for, once `write_files(user_output=True)` has put it in
+# place: the command's work is done, and `cli.main` acts on no stop from then on (what is
+# left is saying so). Found by the sixty-fifth round: `plan --out` over an old plan, stopped
+# as it printed its phases (a stderr that did not drain), said "stopped by SIGTERM", exit
+# 143, with the old plan already replaced.
+OUTPUT_WRITTEN: list[Path] = []
+
+
 def write_atomic(path: str | Path, content: str | bytes, *, user_output: bool = False) -> None:
     """Write to a temporary file beside `path`, fsync, then rename over it (the caller has
     checked a user's target with `check_writable`; `user_output`: see `write_files`)."""
@@ -363,6 +371,8 @@ def write_files(
                     with suppress(FileNotFoundError):
                         os.unlink(aside, dir_fd=folder.fd)
                 moved.clear()
+                if user_output:  # before a stop held meanwhile acts (`OUTPUT_WRITTEN`)
+                    OUTPUT_WRITTEN[:] = [path for _, path, _ in staged]
         except BaseException as exc:
             for tmp, _, folder in staged:
                 with suppress(FileNotFoundError):

@@ -59,12 +59,14 @@ from pipeplan.errors import (
 )
 from pipeplan.fileio import (
     EXPORT_MARK,
+    OUTPUT_WRITTEN,
     check_outside_runs,
     give_output_modes,
     held_folder,
     new_directories,
     not_a_new_directory,
     remove_dead_exports,
+    stops_deferred,
     write_failure,
 )
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
@@ -755,8 +757,11 @@ def export(
             (tmp / EXPORT_MARK).unlink()
             folder.confirm()  # the path still leads here: the rename lands where checked
             renaming = True
-            # An empty `out` is replaced.
-            os.replace(name, out.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+            # An empty `out` is replaced; a stop landing as it is, held: once the model is in
+            # place, the command is done (`OUTPUT_WRITTEN`), whatever stop comes.
+            with stops_deferred():
+                os.replace(name, out.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+                OUTPUT_WRITTEN[:] = [out]
         except BaseException as exc:
             # Whatever stopped it (a full disk fails as an OSError in config.json, as a
             # SafetensorError in the weights; Ctrl-C anywhere), the partial directory goes.

@@ -98,7 +98,96 @@ def importing(frame: Any) -> bool:
     return False
 
 
+# The order stops arrive in. Python's C-level handler only marks a signal as tripped; the
+# Python-level handlers of signals pending together then run in the order of their numbers,
+# not of their arrival, so a burst of SIGTERM, SIGINT and SIGHUP (`kill` of a process group,
+# one after the other) was said as "stopped by SIGHUP", exit 129 (the sixty-fourth round). A
+# counter stamped by the Python-level handlers cannot tell either: they all run after the
+# burst, in number order. What the C-level handler does write, as it runs, is the signal's
+# number to the process's wakeup descriptor (`signal.set_wakeup_fd`): that descriptor is
+# the record of arrival order, read by each stop's handler (`first_arrived`). It is set as
+# the command's process starts, before its first handler (`_end`), and kept for the life of
+# the process: the command's own handlers (`cli._stop`) and `pipeplan run`'s launcher, whose
+# agent's handlers raise whichever runs first (`launch.run_local`), read the same record.
+# One descriptor, never two: a pipe's read end opened again for reading and writing
+# (/proc/self/fd, Linux) is both its ends, and its two first descriptors are closed at once.
+# So it costs one descriptor, taken as the process starts, when only the standard three are
+# open: under `ulimit -n 63` too (the sixty-fifth round: the pipe was left out below 64, and
+# a burst was said in number order). Below ARRIVALS_MIN_OPEN_FILES, none: the commands reach
+# the limit with their own files there (`ulimit -n 7`: export, which names the limit in its
+# line; with the record it failed importing a module of its own). Nor where another wakeup
+# descriptor is set (an embedding program's, asyncio's: not ours to replace): number order.
+# The kernel hands over stops pending together by their numbers too (their handlers nest, the
+# highest-numbered running first): the record is arrival order as the process takes them,
+# which a burst that reaches it all at once (asleep in a system call) may not be.
+_arrivals: list[int] = []  # the record's descriptor, once `watch_arrivals` has made it
+ARRIVALS_MIN_OPEN_FILES = 16
+
+
+def watch_arrivals() -> None:
+    """`watch_arrivals()`: make the record of arrival order (`_arrivals`), once in the
+    process, from its main thread (where Python allows a wakeup descriptor)."""
+    import resource
+    import threading
+
+    if _arrivals or threading.current_thread() is not threading.main_thread():
+        return
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < ARRIVALS_MIN_OPEN_FILES:
+        return  # the command's own descriptors (`ulimit -n 7`): none to spare
+    try:
+        record = _one_descriptor_pipe()
+    except OSError:  # out of descriptors as the process starts (or no pipe at all)
+        return
+    if signal.set_wakeup_fd(record, warn_on_full_buffer=False) != -1:
+        signal.set_wakeup_fd(-1)  # there was one: not ours to replace
+        os.close(record)
+        return
+    _arrivals.append(record)
+
+
+def _one_descriptor_pipe() -> int:
+    """A non-blocking pipe held by one descriptor that both writes and reads it: its read
+    end opened again, for both, through /proc/self/fd (a FIFO's O_RDWR, Linux). Elsewhere the
+    pipe's write end, its read end kept beside it (`_pipe_read`)."""
+    read, write = os.pipe()
+    try:
+        both = os.open(f"/proc/self/fd/{read}", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        _pipe_read.append(read)
+        return write
+    os.close(read)
+    os.close(write)
+    return both
+
+
+_pipe_read: list[int] = []  # the read end, where the record is a pipe's two descriptors
+
+
+def forget_arrivals() -> None:
+    """`forget_arrivals()` as a stop's handlers are installed: what the record holds came to
+    handlers before them (data code's own SIGALRM), which acted on it; it would be said as
+    the first of the next burst."""
+    first_arrived(0)
+
+
+def first_arrived(signum: int) -> int:
+    """Of the stops that arrived since the last one handled, the first (`signum` when none is
+    known): `first_arrived(signal.SIGHUP)` → SIGTERM in a handler that runs for SIGHUP after
+    a burst of SIGTERM, SIGINT and SIGHUP. Reads what the record holds, so the next stop is
+    read afresh."""
+    if not _arrivals:
+        return signum
+    try:
+        arrived = os.read((_pipe_read or _arrivals)[0], 4096)
+    except OSError:  # nothing there (BlockingIOError): this handler's signal alone
+        return signum
+    return next((number for number in arrived if number in SIGNALS), signum)
+
+
 def _end(signum: int, frame: object) -> None:
+    signum = first_arrived(signum)
     said = "interrupted" if signum == signal.SIGINT else stopped_by(signum)
     os.write(2, f"pipeplan: {said}\n".encode())
     os._exit(128 + signum)  # mid-import: nothing to unwind or flush
@@ -126,6 +215,7 @@ def ignored(signals: tuple[int, ...] = SIGNALS) -> tuple[int, ...]:
 
 
 if is_the_command():
+    watch_arrivals()
     for _signal in set(SIGNALS) - set(ignored()):
         signal.signal(_signal, _end)
 

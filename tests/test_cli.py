@@ -1,5 +1,6 @@
 """The command line: real runs, and bad input as one line with exit code 2."""
 
+import contextlib
 import importlib.metadata
 import inspect
 import json
@@ -1228,10 +1229,116 @@ def test_a_burst_of_stops_is_said_as_the_first_that_arrived():
         "sys.argv = ['pipeplan', 'plan', '--help']\n"
         "print('after', cli.main(), flush=True)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    for limit in (None, 63):  # the sixty-fifth round: no record below 64 open files
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+            preexec_fn=limit and _open_files_capped(limit),
+        )
+        assert (done.stdout, done.stderr) == ("after 143\n", "pipeplan: stopped by SIGTERM\n")
+
+
+def _open_files_capped(limit: int):
+    """A subprocess's preexec_fn: its open-files limit (`ulimit -n`) set to `limit`."""
+    import resource
+
+    return lambda: resource.setrlimit(
+        resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     )
-    assert (done.stdout, done.stderr) == ("after 143\n", "pipeplan: stopped by SIGTERM\n")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("limit", [None, 63, 16])
+def test_a_burst_of_stops_as_the_command_starts_is_said_as_the_first(limit):
+    """Found by the sixty-fifth round: the same burst while the command still imported (its
+    start-up handlers, `startup._end`, before `cli.main`) was said as "stopped by SIGHUP",
+    exit 129, every time; under `ulimit -n 63` at any time. The record of arrival order is
+    made before the first handler, under any open-files limit from 16 (below, the commands
+    need every descriptor for their own files)."""
+    code = (
+        "import os, subprocess, sys, time\n"
+        "sys.argv = ['pipeplan', 'models']  # the command's process: its start-up handlers\n"
+        "import pipeplan.startup\n"
+        "kills = '; '.join(f'kill -{s} {os.getpid()}' for s in ('TERM', 'INT', 'HUP'))\n"
+        "subprocess.Popen(['/bin/sh', '-c', f'sleep 0.5; {kills}'])\n"
+        "end = time.monotonic() + 20\n"
+        "while time.monotonic() < end:\n"
+        "    sum(range(10**7))  # C: the handlers wait for it\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        preexec_fn=limit and _open_files_capped(limit),
+    )
+    assert (done.returncode, done.stderr) == (143, "pipeplan: stopped by SIGTERM\n")
+
+
+@pytest.mark.timeout(60)
+def test_a_stop_while_the_error_line_is_written_leaves_the_error_the_outcome(tmp_path):
+    """Found by the sixty-fifth round: SIGTERM while export's error line (a missing run) was
+    written to a stderr that did not drain (a full pipe; a terminal paused with Ctrl-S) gave
+    the line, then a 58-line traceback ending in Stopped, exit 1. The line is the outcome,
+    exit 2, a stop landing as it is written not acted on, as one landing as a stop's is."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    filled = 0
+    for size in (4096, 1):  # the pipe full to its last byte
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                filled += os.write(write, b"x" * size)
+    os.set_blocking(write, True)
+    code = (
+        "import sys\n"
+        "sys.argv = ['pipeplan', 'export', sys.argv[1], '--out', sys.argv[2]]\n"
+        "import cli\n"
+        "sys.exit(cli.main())\n"
+    )
+    missing, out = tmp_path / "missing", tmp_path / "out"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(missing), str(out)],
+        stderr=write,
+        stdout=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    os.close(write)
+    end = time.monotonic() + 40
+    while time.monotonic() < end:  # until it waits to write its line
+        if Path(f"/proc/{child.pid}/wchan").read_text().endswith("pipe_write"):
+            break
+        time.sleep(0.05)
+    os.kill(child.pid, signal.SIGTERM)
+    said = b""
+    while chunk := os.read(read, 65536):
+        said += chunk
+    os.close(read)
+    assert child.wait(timeout=30) == 2
+    assert said[filled:].decode() == f"pipeplan: error: {missing}: no such run directory\n"
+
+
+def test_a_stop_once_the_output_is_written_leaves_the_command_done(tmp_path, monkeypatch, capsys):
+    """Found by the sixty-fifth round: `plan --out` over an old plan, stopped by SIGTERM as it
+    printed its phases, said "stopped by SIGTERM", exit 143, with the old plan replaced. Once
+    the output is in place (`fileio.OUTPUT_WRITTEN`) the command is done: it says what it
+    wrote, exit 0. A stop held while the plan is renamed into place is the same case."""
+    out = tmp_path / "plan.json"
+    out.write_text('{"old": true}')
+    said = cli.say
+
+    def stopped(line, to=None):  # its handler runs as os.kill returns
+        os.kill(os.getpid(), signal.SIGTERM)
+        said(line, to)
+
+    monkeypatch.setattr(cli, "say", stopped)
+    assert cli.main(["plan", "--profile", PROFILE, "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["phases"]
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith(f"wrote {out} (predicted total") and "stopped" not in str(err)
 
 
 def test_importing_cli_elsewhere_leaves_the_signals_alone():

@@ -788,6 +788,15 @@ CALIBRATION61 = {
             "s, more than the 1e+06 s any timed operation takes",
         ),
     ),
+    # Sixty-fifth round: 1e300 B/s, and -0.0, planned with.
+    "an optimizer of 1e300 bytes a second": (
+        with_path(CALIBRATED, ("calibration", "optimizer_s_per_byte"), 1e-300),
+        ("field 'calibration.optimizer_s_per_byte': 1e-300 s per byte is below 1e-15 s",),
+    ),
+    "an optimizer of -0.0 s per byte": (
+        with_path(CALIBRATED, ("calibration", "optimizer_s_per_byte"), -0.0),
+        ("field 'calibration.optimizer_s_per_byte': -0.0 s per byte is below 1e-15 s",),
+    ),
 }
 
 
@@ -798,7 +807,9 @@ def test_a_calibration_calibrate_would_not_write_is_refused(tmp_path, capsys, ca
     (more than the runs' run.jsonl, at most 1 GiB each, can hold), or a run named by an empty
     path was planned with, exit 0. Found by the sixty-fourth round: an optimizer_s_per_byte of
     1 s (bounded by 1 s alone) priced a step at 3.2e6 s, above MAX_SECONDS; the optimizer
-    step of a stage holding every layer is held to it. Each is refused, naming the field."""
+    step of a stage holding every layer is held to it. Found by the sixty-fifth round: one of
+    1e-300 s (1e300 B/s) or -0.0 was planned with: it has a physical floor, 1 PB/s. Each is
+    refused, naming the field."""
     doc, fragments = CALIBRATION61[case]
     plan_refuses_profile(doc, ("profile.json: ", *fragments), tmp_path, capsys)
 

@@ -2311,6 +2311,46 @@ def test_a_rendezvous_that_fails_is_one_line_naming_the_address_space(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.timeout(120)
+def test_a_burst_of_stops_as_the_agent_starts_is_said_as_the_first(tmp_path):
+    """Found by the sixty-fifth round: SIGTERM, SIGINT and SIGHUP sent one after the other to
+    `pipeplan run` as its ranks started were said as "interrupted", exit 130, in 1 of 9
+    tries. Landing as the agent starts (its Ctrl-C handler, `on_ctrl_c`, installed; SIGTERM
+    and SIGHUP still the command's, `cli._stop`), the command's said SIGTERM, the first, and
+    the agent's SIGINT then raised over it: `run_local` raised Interrupted. The first that
+    arrived is raised. The agent here starts no rank: it takes the burst in C code (no
+    handler runs until it returns)."""
+    code = (
+        "import os, subprocess, sys, time\n"
+        "sys.argv = ['pipeplan', *sys.argv[1:]]  # the command's process\n"
+        "import cli, executor.launch\n"
+        "from pathlib import Path\n"
+        "from pipeplan.formats import RunConfig\n"
+        "cli._install(dict.fromkeys(cli.STOP_SIGNALS, cli._stop))  # the command's, as `main`\n"
+        "def launch(config, entrypoint):\n"
+        "    def ranks(*args):\n"
+        "        kills = '; '.join(f'kill -{s} {os.getpid()}' for s in ('TERM', 'INT', 'HUP'))\n"
+        "        subprocess.Popen(['/bin/sh', '-c', f'sleep 0.5; {kills}'])\n"
+        "        end = time.monotonic() + 20\n"
+        "        while time.monotonic() < end:\n"
+        "            sum(range(10**7))\n"
+        "    return ranks\n"
+        "executor.launch.elastic_launch = launch\n"
+        "try:\n"
+        "    executor.launch.run_local(RunConfig(name='k', nproc=1), Path(sys.argv[1]))\n"
+        "except BaseException as exc:\n"
+        "    print(repr(exc))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        cwd=ROOT,
+    )
+    assert done.stdout == f"Stopped({signal.SIGTERM})\n", done.stderr[-3000:]
+
+
 def test_the_report_rooms_of_killed_ranks_go_when_the_ranks_have(tmp_path, monkeypatch, capsys):
     """With the nineteenth round's fix (a rank keeps its report's room from its start, for a
     failure on a full disk): the ranks the agent stops with SIGTERM, or SIGKILL, leave their

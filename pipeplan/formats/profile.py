@@ -14,6 +14,7 @@ from pipeplan.errors import InputFileError, quoted, reason
 from pipeplan.fileio import same_path
 from pipeplan.formats.base import (
     CONFIG_LIMIT,
+    MAX_BANDWIDTH,
     MAX_CONFIG_BYTES,
     MAX_COUNT,
     MAX_FILE_BYTES,
@@ -37,7 +38,6 @@ from pipeplan.formats.base import (
     Versioned,
     dumps,
     json_loads,
-    not_subnormal,
     out_of_memory,
     read_input,
     text_sha256,
@@ -594,6 +594,25 @@ COMPUTE_SCALES = (
 )
 
 
+# The fastest optimizer step a calibration may hold: a byte of parameters updated at
+# MAX_BANDWIDTH (1 PB/s, the most any pipeplan file holds of a device); AdamW moves 7 bytes
+# for each, so every real device is slower still. calibrate fits the median of measured
+# ratios, each above 0; found by the sixty-fifth round: 1e-300 s per byte (1e300 B/s) and
+# -0.0 were planned with, where the compute scales have their floor (`Scale`).
+MIN_OPTIMIZER_S_PER_BYTE = 1.0 / MAX_BANDWIDTH
+
+
+def optimizer_rate(value: float) -> float:
+    """`optimizer_rate(3.6e-9)` → 3.6e-9; ValueError below MIN_OPTIMIZER_S_PER_BYTE (0 and
+    -0.0 too, said as written): no device updates parameters that fast."""
+    if not value >= MIN_OPTIMIZER_S_PER_BYTE:
+        raise ValueError(
+            f"{value!r} s per byte is below {MIN_OPTIMIZER_S_PER_BYTE:g} s (an optimizer "
+            f"updating {MAX_BANDWIDTH:g} bytes of parameters a second): no device is that fast"
+        )
+    return value
+
+
 class Calibration(Strict):
     """Corrections fitted from measured runs (`pipeplan calibrate`); the cost model applies
     them on top of the profile's measurements."""
@@ -617,10 +636,11 @@ class Calibration(Strict):
     p2p: FittedLink | None = Field(
         None, description="Stage-to-stage transfers inside a node, as the pipeline sees them."
     )
-    # Never subnormal, as every calibrated time (the fifty-eighth round: 5e-324 was taken).
-    optimizer_s_per_byte: (
-        Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(not_subnormal)] | None
-    ) = None
+    # Never below a physical floor (`optimizer_rate`), where a subnormal lies too (the
+    # fifty-eighth round: 5e-324 was taken).
+    optimizer_s_per_byte: Annotated[float, Field(le=1.0), AfterValidator(optimizer_rate)] | None = (
+        None
+    )
     micro_batch_overhead_s: Seconds = Field(
         0.0, description="Per micro-batch and stage: the schedule's own work around each chunk."
     )

@@ -1856,8 +1856,9 @@ def unmeasured_times(
     gradients' all-reduce. The executor times every stage's forward, every trained stage's
     backward, optimizer step and all-reduce as spans of the step's clock
     (`executor.parallel.PhaseRuntime.step`), so they take time; a rank outside the layout times
-    nothing but its input. With the phase's predicted `stages`, a forward IMPOSSIBLY_FASTER
-    than its stage's predicted micro-batch is none either. The format refuses what this
+    nothing but its input. With the phase's predicted `stages`, a part IMPOSSIBLY_FASTER than
+    the stage's prediction of it (one micro-batch's forward or backward, one optimizer step or
+    all-reduce) is none either. The format refuses what this
     names, so calibrate (`calibrate.unmeasured`) never fits it: steps of a rank whose forward
     and backward read 0 were reported, and calibrate left them out without a word (the
     sixty-third round).
@@ -1869,41 +1870,57 @@ def unmeasured_times(
             return f"{name} {value!r} is below {MIN_MEASURED_S:g} s, which no timer resolves"
     if times.stage is None:
         return ""
-    if times.fwd_s == 0:
-        return f"fwd_s 0.0, but stage {times.stage} computes a forward every step"
-    if stages is not None and times.stage < len(stages):
-        predicted = stages[times.stage].fwd_s
-        if times.fwd_s * IMPOSSIBLY_FASTER < predicted:
-            return (
-                f"fwd_s {times.fwd_s!r} is {predicted / times.fwd_s:,.0f}× faster than the "
-                f"phase's predicted forward of stage {times.stage} for one micro-batch "
-                f"({predicted:.6g} s): no device is {IMPOSSIBLY_FASTER:g} times faster than "
-                "the profile's"
-            )
-    if layout is None or times.stage < layout.forward_only_stages:
+    trains = layout is not None and times.stage >= layout.forward_only_stages
+    parts = ["fwd_s", *(("bwd_s", "optimizer_s") if trains else ())]
+    if trains and layout.replicas > 1:  # type: ignore[union-attr]  # (trains: a layout)
+        parts.append("allreduce_s")
+    for name in parts:
+        if (value := getattr(times, name)) == 0:  # -0.0 too, said as it is written
+            return f"{name} {value!r}, but {_DONE_EVERY_STEP[name](times.stage, layout)}"
+    # Each part it measured against the phase's prediction of the same part: the sixty-fifth
+    # round set optimizer_s (and bwd_s) to 1e-9 s, the rest moved into wait_s, and calibrate
+    # fitted an optimizer of 5 PB/s (or blamed the profile) where fwd_s alone was held.
+    if stages is None or times.stage >= len(stages):
         return ""
-    if times.bwd_s == 0:
-        return (
-            f"bwd_s 0.0, but stage {times.stage} of the phase's {layout.label()} trains: "
-            "it computes a backward every step"
-        )
-    if times.optimizer_s == 0:
-        # Its optimizer steps and zeroes the stage's gradients in every step, a span of the
-        # step's clock: at 0 s calibrate read "no rank with trainable parameters measured a
-        # step" and moved the optimizer's time into the fixed per-step overhead (the
-        # sixty-fourth round).
-        return (
-            f"optimizer_s 0.0, but stage {times.stage} of the phase's {layout.label()} trains: "
-            "it steps its optimizer every step"
-        )
-    if layout.replicas > 1 and times.allreduce_s == 0:
-        # Its replicas' gradients meet in one collective, which moves them on every replica:
-        # at 0 s calibrate read "no data-parallel stage with gradients" (the sixty-third round).
-        return (
-            f"allreduce_s 0.0, but stage {times.stage} of the phase's {layout.label()} trains "
-            f"on {layout.replicas} replicas: it all-reduces its gradients every step"
-        )
+    for name in parts:
+        predicted, value = getattr(stages[times.stage], name), getattr(times, name)
+        if value * IMPOSSIBLY_FASTER < predicted:
+            return (
+                f"{name} {value!r} is {predicted / value:,.0f}× faster than the phase's "
+                f"predicted {_PREDICTED_PART[name].format(stage=times.stage)} ({predicted:.6g} "
+                f"s): no device is {IMPOSSIBLY_FASTER:g} times faster than the profile's"
+            )
     return ""
+
+
+# What a rank of a stage does every step, by part: why a part of 0 s is no measurement.
+_DONE_EVERY_STEP = {
+    "fwd_s": lambda stage, layout: f"stage {stage} computes a forward every step",
+    "bwd_s": lambda stage, layout: (
+        f"stage {stage} of the phase's {layout.label()} trains: it computes a backward every step"
+    ),
+    # Its optimizer steps and zeroes the stage's gradients in every step, a span of the
+    # step's clock: at 0 s calibrate read "no rank with trainable parameters measured a
+    # step" and moved the optimizer's time into the fixed per-step overhead (the
+    # sixty-fourth round).
+    "optimizer_s": lambda stage, layout: (
+        f"stage {stage} of the phase's {layout.label()} trains: it steps its optimizer every step"
+    ),
+    # Its replicas' gradients meet in one collective, which moves them on every replica: at
+    # 0 s calibrate read "no data-parallel stage with gradients" (the sixty-third round).
+    "allreduce_s": lambda stage, layout: (
+        f"stage {stage} of the phase's {layout.label()} trains on {layout.replicas} replicas: "
+        "it all-reduces its gradients every step"
+    ),
+}
+# The prediction each part is held to (`StagePlan`): a measured forward or backward covers
+# at least one micro-batch, an optimizer step or all-reduce one step's.
+_PREDICTED_PART = {
+    "fwd_s": "forward of stage {stage} for one micro-batch",
+    "bwd_s": "backward of stage {stage} for one micro-batch",
+    "optimizer_s": "optimizer step of stage {stage}",
+    "allreduce_s": "all-reduce of stage {stage}",
+}
 
 
 def _check_rank_times(step: StepRecord, where: str, config: RunConfig | None) -> None:
