@@ -2826,6 +2826,7 @@ RANK_STATE = frozenset(
         "executor.data._pipeplan_loggers",
         "executor.data._seen_kernels",
         "executor.errorfile._FOLDERS",
+        "executor.errorfile._KEPT",
         "executor.errorfile._SPARE",
         "executor.topology._host_group",
         "executor.worker._one_sided",
