@@ -4012,11 +4012,11 @@ NAMES_WHAT_WAS_GIVEN = {
     ),
     "stages": (
         ["2", "--stages", "2", "--micro-batches", "3", "--global-batch", "64"],
-        ("over any replica count (1 for --stages 2, --micro-batches 3)",),
+        ("(64 on 1; 1 replica for --stages 2)",),
     ),
     "boundaries-micro-batches": (
         ["4", "--boundaries", "0,3,6", "--micro-batches", "3", "--global-batch", "64"],
-        ("(1..2 for the 2 stages of --boundaries 0,3,6, --micro-batches 3)",),
+        ("1..2 replicas for the 2 stages of --boundaries 0,3,6)",),
     ),
     "boundaries-1f1b": (
         ["2", "--boundaries", "0,3,6", "--micro-batches", "1", "--schedule", "1f1b"],
