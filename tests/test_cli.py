@@ -1229,7 +1229,7 @@ def test_a_burst_of_stops_is_said_as_the_first_that_arrived():
         "sys.argv = ['pipeplan', 'plan', '--help']\n"
         "print('after', cli.main(), flush=True)\n"
     )
-    for limit in (None, 63):  # the sixty-fifth round: no record below 64 open files
+    for limit in (None, 63):  # the sixty-fifth round: there was no record below 64 open files
         done = subprocess.run(
             [sys.executable, "-c", code],
             capture_output=True,
