@@ -481,11 +481,15 @@ def data_task(data: TaskData) -> str:
     if length(data.train, data.name, "train") == 0:
         raise BadArgumentError(f"data '{data.name}' has no training samples")
     sample, label = item(data.train, 0, data.name, "train")
+    # Before any shape is read: a list input's shape was read as (), and the line blamed the
+    # label for not matching it (the sixty-sixth round). A label of another kind is
+    # classification's, refused by `check_compatible` with what labels must be.
+    _refuse_non_tensor(sample, "input", data.name, "train", 0)
     if not isinstance(label, torch.Tensor) or label.dim() == 0:
         return "classification"
     # Found by the twenty-seventh round: a label of shape (1,) was taken for token ids, and a
     # BERT was refused for the causal-lm task no one asked for.
-    shape = tuple(getattr(sample, "shape", ()))
+    shape = tuple(sample.shape)
     if label.dim() != 1 or tuple(label.shape) != shape:
         raise BadArgumentError(
             f"data '{data.name}': a training sample's label has shape {tuple(label.shape)}; a "
@@ -6073,9 +6077,7 @@ def stack_part(
         return torch.stack(parts)
     except Exception as exc:  # any: a ValueError too (the thirty-seventh round)
         for index, value in zip(indices, parts, strict=True):
-            if not isinstance(value, torch.Tensor):
-                why = f"{split} item {index}'s {what} is {_describe(value)}, not a tensor"
-                break
+            _refuse_non_tensor(value, what, name, split, index)
             if value.shape != parts[0].shape:
                 why = (  # either may be the odd one: both named, in the batch's order
                     f"{split} item {indices[0]}'s {what} is {_describe(parts[0])} and item "
@@ -6106,10 +6108,7 @@ def _samples(dataset: Any, name: str, split: str) -> tuple[torch.Tensor, torch.T
     indices = (0, length(dataset, name, split) - 1)
     items = [item(dataset, index, name, split) for index in indices]
     for index, (x, y) in zip(indices, items, strict=True):
-        if not isinstance(x, torch.Tensor):
-            raise BadArgumentError(
-                f"data '{name}': {split} item {index}'s input is {_describe(x)}, not a tensor"
-            )
+        _refuse_non_tensor(x, "input", name, split, index)
         if not (isinstance(y, torch.Tensor) and y.dtype == torch.int64 and y.dim() <= 1):
             raise BadArgumentError(
                 f"data '{name}': {split} item {index}'s label is {_describe(y)}: labels must "
@@ -6124,6 +6123,19 @@ def _samples(dataset: Any, name: str, split: str) -> tuple[torch.Tensor, torch.T
                 "shape and dtype"
             )
     return torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])
+
+
+def _refuse_non_tensor(value: Any, what: str, name: str, split: str, index: int) -> None:
+    """Refuses an item's input or label that is no tensor, named by its data, split, item and
+    type, before any shape of it is read (a list has none to compare).
+
+        _refuse_non_tensor([3, 4], "input", "m:load", "train", 0)
+        # BadArgumentError: data 'm:load': train item 0's input is list, not a tensor
+    """
+    if not isinstance(value, torch.Tensor):
+        raise BadArgumentError(
+            f"data '{name}': {split} item {index}'s {what} is {_describe(value)}, not a tensor"
+        )
 
 
 def _check_inputs(

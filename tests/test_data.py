@@ -503,5 +503,33 @@ def test_an_item_of_the_wrong_kind_is_named_with_what_it_holds(synth, bert, firs
     assert _one_line_error(D.check_compatible, odd, bert) == f"data 'm:load': {said}"
 
 
+@pytest.mark.parametrize(
+    ("sample", "said"),
+    [
+        ((list(range(16)), torch.arange(16)), "train item 0's input is list, not a tensor"),
+        ((np.arange(16), torch.arange(16)), "train item 0's input is numpy.ndarray, not a tensor"),
+        (([3, 4], 0), "train item 0's input is list, not a tensor"),
+    ],
+    ids=["list beside token ids", "numpy beside token ids", "list beside a class"],
+)
+def test_the_task_read_from_an_item_names_an_input_that_is_no_tensor(sample, said):
+    """Found by the sixty-sixth round: a list input beside a label of token ids was refused as
+    "a training sample's label has shape (16,); … token ids as long as its input's ()": the
+    list's shape was read as (), and the line blamed the label. The item's kind is checked
+    before its shape: the line names the split, the item and the type, as `check_compatible`
+    does for a scalar label."""
+
+    class Items:
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            x, y = sample
+            return x, torch.tensor(y) if isinstance(y, int) else y
+
+    task = D.TaskData("m:load", Items(), Items())
+    assert _one_line_error(D.data_task, task) == f"data 'm:load': {said}"
+
+
 def test_errors_are_pipeplan_errors():
     assert issubclass(BadArgumentError, PipeplanError)
