@@ -1138,8 +1138,8 @@ def _check_config(config: Any, family: Family, family_name: str, name: str, task
         if config.pad_token_id is None:
             raise InputFileError(
                 f"{name}: {family_name} classification needs pad_token_id in the config "
-                "(transformers pools the last token that is not padding; GPT-2 checkpoints "
-                "commonly use their eos_token_id)"
+                "(transformers pools the last token that is not padding): set it in "
+                f"config.json to the id your tokenizer pads with{_pad_id_hint(config)}"
             )
         _check_pad_token(config, name)
 
@@ -1311,18 +1311,34 @@ def _check_padding_mask(family: Family, config: Any, padding_mask: bool, name: s
         )
     if config.pad_token_id is None:
         # Which id to set (the sixty-second round: Llama's configs carry `pad_token_id: null`,
-        # and the line did not say): the tokenizer's pad token, which a decoder without one
-        # commonly takes from its end-of-sequence token.
-        eos = getattr(config, "eos_token_id", None)
-        eos = eos[0] if isinstance(eos, list) and eos else eos
-        hint = ""
-        if isinstance(eos, int):
-            hint = f" (a decoder without one commonly pads with its eos_token_id, {eos})"
+        # and the line did not say).
         raise InputFileError(
             f"{name}: a padding mask needs pad_token_id in the config, which has none: set it "
-            f"in config.json to the id your tokenizer pads with{hint}"
+            f"in config.json to the id your tokenizer pads with{_pad_id_hint(config)}"
         )
     _check_pad_token(config, name)
+
+
+def _pad_id_hint(config: Any) -> str:
+    """Which pad_token_id to set in a config that has none, said in parentheses: its
+    eos_token_id, which a decoder without a pad token commonly pads with, where that is a
+    token of the vocabulary; else a token of the vocabulary, named by its range. Never an id
+    `_check_pad_token` then refuses: found by the sixty-sixth round, GPT2Config's default eos
+    50256 was advised beside a vocabulary of 300, and refused once set.
+
+        _pad_id_hint(GPT2Config(vocab_size=300))
+        # " (a token of its vocabulary, 0..299; its eos_token_id 50256 is outside it, …)"
+    """
+    vocab = config.vocab_size
+    eos = getattr(config, "eos_token_id", None)
+    ids = eos if isinstance(eos, list) else [eos]  # a list: generation stops at any of them
+    tokens = [i for i in ids if type(i) is int and _in_vocabulary(i, vocab)]
+    if tokens:
+        return f" (a decoder without one commonly pads with its eos_token_id, {tokens[0]})"
+    outside = ""
+    if ids and all(type(i) is int for i in ids):
+        outside = f"; its eos_token_id {eos} is outside it, so cannot be the pad id"
+    return f" (a token of its vocabulary, 0..{vocab - 1}{outside})"
 
 
 def _check_pad_token(config: Any, name: str) -> None:

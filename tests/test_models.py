@@ -426,6 +426,35 @@ def test_decoder_padding_needs_a_pad_token(tmp_path, kwargs):
     models.build(str(path), init="random")  # a causal LM needs no padding
 
 
+@pytest.mark.parametrize("kwargs", [dict(task="classification"), dict(padding_mask=True)])
+@pytest.mark.parametrize(
+    "eos, hint",
+    [
+        (7, "(a decoder without one commonly pads with its eos_token_id, 7)"),
+        (
+            50256,  # GPT2Config's default, kept by GPT2Config(vocab_size=100)
+            "(a token of its vocabulary, 0..99; its eos_token_id 50256 is outside it, so "
+            "cannot be the pad id)",
+        ),
+        (None, "(a token of its vocabulary, 0..99)"),
+    ],
+)
+def test_the_pad_id_advised_for_a_config_without_one_is_taken(tmp_path, kwargs, eos, hint):
+    """Found by the sixty-sixth round: a GPT-2 folder of vocabulary 300 with GPT2Config's
+    default eos_token_id 50256 was advised to pad with 50256, and refused once it did
+    ("pad_token_id 50256 is not a token id of its vocabulary"). An eos id is advised only
+    where it is a token; a config given the advised id builds."""
+    path = _write_config(tmp_path, "gpt2", pad_token_id=None, eos_token_id=eos)
+    with pytest.raises(InputFileError, match="needs pad_token_id") as err:
+        models.build(str(path), init="random", **kwargs)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.endswith(f"set it in config.json to the id your tokenizer pads with {hint}")
+    if "eos_token_id," in hint:
+        _write_config(tmp_path, "gpt2", pad_token_id=eos, eos_token_id=eos)
+        assert models.build(str(path), init="random", **kwargs).config.pad_token_id == eos
+
+
 @pytest.mark.parametrize("pad", [500, 100, -1])  # the vocabulary is 0..99
 @pytest.mark.parametrize(
     "family, kwargs",
