@@ -63,7 +63,7 @@ from pipeplan.formats.base import (
     text_sha256,
 )
 from pipeplan.formats.presets import config_path
-from pipeplan.formats.profile import FedInput, input_mismatch, model_mismatch
+from pipeplan.formats.profile import FedInput, input_mismatch, model_mismatch, profile_command
 from pipeplan.formats.run import EDITED_SINCE
 from pipeplan.plan import (
     TrainingShape,
@@ -139,23 +139,22 @@ def config_profile(cfg: RunConfig, seq: LayerSequence | None = None) -> Profile:
             )
         raise BadArgumentError(
             f"no shipped profile for {cfg.model} on {cfg.device}{precision}"
-            f"{folder if config_path(cfg.model) is not None else ''}; run `pipeplan profile "
-            f"{cfg.model}{flags} --out P.json --nproc {max(2, cfg.nproc)}` and pass "
-            "--profile P.json"
+            f"{folder if config_path(cfg.model) is not None else ''}; run "
+            f"`{profile_command(cfg.model, flags, cfg.nproc)}` and pass --profile P.json"
         )
     profile = load(Profile, path)
     check_profile(profile, str(path))
     # The advice measures the input the run feeds too: a profile of the folder alone was
     # refused next for its input (a second refusal after following the first).
     flags = _profile_flags(seq, cfg) if seq is not None else _precision_flag(cfg)
-    why = model_mismatch(cfg.model, profile, flags)
+    why = model_mismatch(cfg.model, profile, flags, nproc=cfg.nproc)
     if why is not None:
         raise BadArgumentError(f"{path} {why}")
     if profile.device.kind != cfg.device:  # CPU times and host memory say nothing of a GPU
         raise BadArgumentError(
             f"{path} was measured on {profile.device.kind}, but this run trains on "
-            f"{cfg.device}; profile on {cfg.device}: pipeplan profile {cfg.model} --device "
-            f"{cfg.device} --out P.json"
+            f"{cfg.device}; profile on {cfg.device}: "
+            f"{profile_command(cfg.model, f'{flags} --device {cfg.device}', cfg.nproc)}"
         )
     return profile
 
@@ -247,10 +246,8 @@ def check_profile_fits(profile: Profile, seq: LayerSequence, cfg: RunConfig) -> 
     fed = fed_input(seq, cfg)
     why = input_mismatch(profile, fed, _profile_named(cfg), "this run")
     if why is not None:
-        raise BadArgumentError(
-            f"{why}; profile that: pipeplan profile {cfg.model}{_profile_flags(seq, cfg)} "
-            "--out P.json, and pass --profile P.json"
-        )
+        command = profile_command(cfg.model, _profile_flags(seq, cfg), cfg.nproc)
+        raise BadArgumentError(f"{why}; profile that: {command}, and pass --profile P.json")
 
 
 def fed_input(seq: LayerSequence, cfg: RunConfig) -> FedInput:
@@ -358,10 +355,8 @@ class RunPlanner:
         links = default_links(self.profile, [(ranks, 1), (1, ranks)])
         if not links:
             return None
-        measure = (
-            f"measure them: `pipeplan profile {cfg.model}{_profile_flags(seq, cfg)} --out "
-            f"P.json --nproc {ranks}`, and pass --profile P.json"
-        )
+        command = profile_command(cfg.model, _profile_flags(seq, cfg), ranks)
+        measure = f"measure them: `{command}`, and pass --profile P.json"
         return default_links_warning(_profile_named(cfg), links, measure)
 
     def check(self, seq: LayerSequence | None = None) -> None:

@@ -79,6 +79,7 @@ from pipeplan.formats.profile import (
     WARMUP_STEPS_PER_PHASE,
     input_mismatch,
     model_labels,
+    profile_command,
     uncalibrated_identity,
 )
 from pipeplan.formats.run import run_input, unmeasured_times
@@ -189,11 +190,10 @@ def load_run(
         # was fitted to a run of 16, its scales the ratio of two shapes (thirty-eighth round).
         feeds = f"the run {run_dir}"
         if fed is not None and (why := input_mismatch(profile, fed, "--profile", feeds)):
-            flags = fed.flags(model_labels(config.model))
-            raise InputFileError(
-                f"{why}; profile that: pipeplan profile {config.model}{flags} --out P.json, and "
-                "pass --profile P.json"
+            command = profile_command(
+                config.model, fed.flags(model_labels(config.model)), config.nproc
             )
+            raise InputFileError(f"{why}; profile that: {command}, and pass --profile P.json")
         # Never fitted: a failed resume's records past run.json's epochs (left out, noticed).
         return config, trained_records(run_dir, config, records)
 

@@ -53,6 +53,7 @@ from pipeplan.formats.cluster import (
 from pipeplan.formats.modelconfig import MAX_CONFIG_LABELS
 from pipeplan.formats.profile import MAX_ROUNDS as PROFILE_MAX_ROUNDS
 from pipeplan.formats.profile import MAX_THREADS as PROFILE_MAX_THREADS
+from pipeplan.formats.profile import FedInput, model_labels, profile_command
 from pipeplan.formats.run import (
     ALPHA_NEEDS,
     BUDGET_DOES,
@@ -196,10 +197,10 @@ def check_precision(profile: Profile, precision: str, where: str) -> None:
     if measured.task == "classification":
         flags += f" --num-labels {measured.num_labels}"
     flags += " --padding-mask" if measured.padding_mask else ""
+    command = profile_command(measured.name, f"{flags} --precision {precision}")
     raise BadArgumentError(
         f"{where} was measured in {measured.precision}, but --precision is {precision}; "
-        f"pass --precision {measured.precision}, or profile in {precision}: "
-        f"pipeplan profile {measured.name}{flags} --precision {precision} --out P.json"
+        f"pass --precision {measured.precision}, or profile in {precision}: {command}"
     )
 
 
@@ -468,10 +469,11 @@ class PlanArgs:
         links = default_links(self.profile, shapes)
         if not links:
             return None
-        measure = (
-            f"measure them with `pipeplan profile … --nproc {self.cluster.devices_per_node}` "
-            "on the devices, or give --intra-bw"
-        )
+        # The command that measured the profile's input, with the links of a node's ranks.
+        name = self.profile.model.name
+        flags = FedInput.of_profile(self.profile).flags(model_labels(name))
+        command = profile_command(name, flags, self.cluster.devices_per_node)
+        measure = f"measure them with `{command}` on the devices, or give --intra-bw"
         return default_links_warning(self.profile_file, links, measure)
 
     def shapes_warning(self, plan: Plan) -> str | None:

@@ -972,7 +972,7 @@ def test_a_profile_of_another_input_than_the_runs_is_refused(tmp_path, capsys):
         f"pipeplan: error: --profile was measured for input (16,) int64, fp32 precision, "
         f"classification, but the run {run} feeds input (32,) int64, fp32 precision, "
         "classification; profile that: pipeplan profile bert-synth --seq-len 32 --task "
-        "classification --out P.json, and pass --profile P.json\n"
+        "classification --out P.json --nproc 2, and pass --profile P.json\n"
     )
     assert not out.exists() and {p.name: p.read_bytes() for p in run.iterdir()} == before
     # The run's own input fits: the shipped profile it was priced with.
@@ -1000,7 +1000,7 @@ def test_a_profile_of_another_model_than_a_folder_run_is_one_sentence(tmp_path, 
     assert capsys.readouterr().err == (
         f"pipeplan: error: {run}: --profile profiles a model whose config field 'model_type' "
         f"is 'vit', but {folder / 'config.json'} has 'bert'; profile this model: pipeplan "
-        f"profile {folder} --seq-len 32 --task classification --out P.json\n"
+        f"profile {folder} --seq-len 32 --task classification --out P.json --nproc 2\n"
     )
     assert not out.exists()
 

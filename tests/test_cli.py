@@ -587,7 +587,9 @@ def test_a_plan_on_a_profile_without_links_says_its_ranks_are_priced_on_a_gpus(
         return
     assert len(err) == 1 and err[0].startswith(f"pipeplan: WARNING: {profile} {UNMEASURED}")
     assert "default in-node link, 5 µs + 15.75GB/s (a GPU's)" in err[0]
-    assert err[0].endswith("`pipeplan profile … --nproc 2` on the devices, or give --intra-bw")
+    # The command that measured the profile's input, measuring its links too (`profile_command`).
+    command = "pipeplan profile vit-digits --task classification --out P.json --nproc 2"
+    assert err[0].endswith(f"`{command}` on the devices, or give --intra-bw")
 
 
 def test_a_run_on_a_profile_without_links_says_how_to_measure_them(tmp_path, capsys):

@@ -3285,6 +3285,25 @@ def test_a_folder_named_like_a_built_in_has_no_shipped_profile(
     refused(argv, tmp_path, capsys, fragments)
 
 
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_runs_refusals_suggest_one_profile_command_for_its_ranks(
+    bert_tiny_folder, tmp_path, capsys, nproc
+):
+    """Found by the sixty-sixth round: a 2-rank run given another model's profile was told to
+    profile without --nproc (a profile of no links, priced on the defaults and warned of), and
+    a run without a profile to profile with --nproc 2 even on 1 rank. Both refusals suggest
+    one command (`profile.profile_command`): --nproc N where N ≥ 2 ranks' links are measured,
+    none for one rank."""
+    argv = ["run", "--model", "./bert-tiny", "--init", "random", "--data", "synth-text"]
+    argv += ["--nproc", str(nproc), "--epochs", "1", "--global-batch", "8", "--name", "a"]
+    argv += ["--runs-dir", str(tmp_path / "runs"), "--prepare-only"]
+    links = " --nproc 2" if nproc == 2 else ""
+    command = "pipeplan profile ./bert-tiny --seq-len 64 --task classification --out P.json" + links
+    refused(argv, tmp_path, capsys, f"run `{command}` and pass --profile P.json")
+    other = ["--profile", str(shipped_profile("bert-tiny", "cpu"))]
+    refused([*argv, *other], tmp_path, capsys, f"; profile this model: {command}")
+
+
 def test_a_plans_run_of_a_folder_without_a_profile_is_told_to_pass_the_plans(
     bert_tiny_folder, tmp_path, capsys
 ):

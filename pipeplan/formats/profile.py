@@ -64,7 +64,6 @@ from pipeplan.formats.presets import (
     BLOCKS_KEY,
     PRESETS,
     config_path,
-    model_argument,
     preset_mismatch,
 )
 
@@ -1349,7 +1348,13 @@ def uncalibrated_identity(profile: Profile) -> ProfileIdentity:
 
 
 def model_mismatch(
-    model: str, profile: Profile, flags: str = "", *, named: bool = True, advice: str = ""
+    model: str,
+    profile: Profile,
+    flags: str = "",
+    *,
+    named: bool = True,
+    advice: str = "",
+    nproc: int = 1,
 ) -> str | None:
     """Why `profile` was not measured of `model` (a built-in name, a transformers folder or
     its config.json), or None when it was. A built-in name is the built-in, even beside a
@@ -1358,9 +1363,10 @@ def model_mismatch(
     config.json (`modelconfig.transformers_config`: the family's defaults for the shape
     fields it leaves out), not by how its path is spelled (`ckpt/`, its absolute path, a
     link to it): the first shape field differing from the config the profile recorded is
-    named, with the `pipeplan profile` command that measures the folder (`flags`: what it
-    takes besides, the run's input: ` --seq-len 16 --padding-mask`). The one check of run
-    (`--profile`), report and calibrate.
+    named, with the `pipeplan profile` command that measures the folder (`profile_command`:
+    `flags`, what it takes besides, the run's input: ` --seq-len 16 --padding-mask`; the
+    links of the run's `nproc` ranks). The one check of run (`--profile`), report and
+    calibrate.
 
         model_mismatch("ckpt/", load(Profile, "p.json"))   # None, or "… 'hidden_size' …"
 
@@ -1383,10 +1389,11 @@ def model_mismatch(
         return f"{mine}; {advice}" if advice else mine
     config = _read_model_config(path)
     recorded = profile.model.config
+    command = profile_command(model, flags, nproc)
     family = config.get("model_type")
     if family != recorded.get("model_type") or family not in CONFIG_CLASSES:
         given = repr(family) if "model_type" in config else "no model_type"
-        return _differs("model_type", recorded.get("model_type"), given, path, flags)
+        return _differs("model_type", recorded.get("model_type"), given, path, command)
     built_config = _built_config(family, config, path)
     built = built_config.to_dict()
     try:  # what the profile's config builds today: the fields a newer transformers added
@@ -1398,7 +1405,7 @@ def model_mismatch(
             given = repr(built.get(field))
             if field not in config:
                 given = f"no {field}, so transformers builds {family}'s default {given}"
-            return _differs(field, measured.get(field), given, path, flags)
+            return _differs(field, measured.get(field), given, path, command)
     # A profile made before the twenty-seventh round does not record its attention: not held.
     if {"attn_implementation", "_attn_implementation"} & recorded.keys():
         # What transformers builds of the folder, asked of it: which spelling it reads changed
@@ -1412,7 +1419,7 @@ def model_mismatch(
 
                 what = f"{key} {said!r}" if key in config else f"no {key}"
                 given = f"{what}, from which transformers {transformers.__version__} builds {given}"
-            return _differs("attn_implementation", timed, given, path, flags)
+            return _differs("attn_implementation", timed, given, path, command)
     return None
 
 
@@ -1464,6 +1471,23 @@ class FedInput:
             flags += f" --num-labels {self.num_labels}"
         flags += " --padding-mask" if self.padded else ""
         return flags + (f" --precision {self.precision}" if self.precision != "fp32" else "")
+
+
+def profile_command(model: str, flags: str = "", nproc: int = 1) -> str:
+    """The `pipeplan profile` command a line suggests: it measures `model`, a MODEL argument
+    as the run or user named it (a path is a folder by `config_path`'s rule, `./bert-tiny`
+    too), with `flags` (the input and head a run feeds, `FedInput.flags`; `--device`), and,
+    where `nproc` ranks share a node (2 or more), the links between them, which a profile
+    without them prices on the defaults (`cluster.default_links`). Every such suggestion is
+    built here, so that the refusals of one run suggest one command: found by the
+    sixty-sixth round, a 2-rank run given another model's profile was told to profile
+    without --nproc, and a 1-rank run without a profile to profile with --nproc 2.
+
+        profile_command("gpt2/", " --seq-len 16 --task causal-lm", nproc=2)
+        # "pipeplan profile gpt2/ --seq-len 16 --task causal-lm --out P.json --nproc 2"
+    """
+    links = f" --nproc {nproc}" if nproc >= 2 else ""
+    return f"pipeplan profile {model}{flags} --out P.json{links}"
 
 
 # A head of other outputs than the profile's is priced as the profile's while the weights it
@@ -1547,13 +1571,12 @@ def _without_type(config: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in config.items() if key != "model_type"}
 
 
-def _differs(field: str, recorded: Any, given: str, path: Path, flags: str) -> str:
-    """The line of `model_mismatch` for the first field differing, with the command that
-    profiles the folder (`./bert-tiny` where its path is a built-in's name)."""
-    folder = model_argument(path.parent)
+def _differs(field: str, recorded: Any, given: str, path: Path, command: str) -> str:
+    """The line of `model_mismatch` for the first field differing, with the `command` that
+    profiles the folder (`profile_command`)."""
     return (
         f"profiles a model whose config field '{field}' is {recorded!r}, but {path} has "
-        f"{given}; profile this model: pipeplan profile {folder}{flags} --out P.json"
+        f"{given}; profile this model: {command}"
     )
 
 

@@ -2230,7 +2230,9 @@ def check_run_profile(
     the profile is of 'vit-digits', which profiles 'vit-digits', not the model 'bert-synth'").
     """
     flags = (fed or FedInput.of_profile(profile)).flags(model_labels(config.model))
-    why = model_mismatch(config.model, profile, flags, named=False, advice=advice)
+    why = model_mismatch(
+        config.model, profile, flags, named=False, advice=advice, nproc=config.nproc
+    )
     if why is not None and named_by_name(config.model):
         raise InputFileError(f"{run_dir} is a run of {quoted(config.model)} but {named} {why}")
     if why is not None:
