@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import logging
 import math
 import os
@@ -869,7 +870,11 @@ class Trainer:
             self.check_in_place()
             self.check_held("the trained model")
             self.seq.layers.cpu()  # its own stage's from its device: the export is host tensors
-            save_model(self.seq, self.run_dir, export_tokenizer(self.cfg, self.seq))
+            tokenizer = export_tokenizer(self.cfg, self.seq)
+            # Again once its files are written, before they are published: data code's
+            # threads run on through the write (`check_held`).
+            check = functools.partial(self.check_held, "the trained model")
+            save_model(self.seq, self.run_dir, tokenizer, check=check)
         self.finish()
 
     # ----------------------------------------------------------------- start or resume
@@ -1300,13 +1305,17 @@ class Trainer:
 
     def check_held(self, writing: str | None) -> None:
         """Every rank, once its data is loaded (`writing` None), at each epoch's end and
-        before it writes a checkpoint or the model (`writing`): the data code left pipeplan's
-        modules and tables, the torch and transformers modules it trains with, safetensors
-        and pydantic's BaseModel as they were when the rank started (`data.check_rank_held`:
-        ~0.4 ms where nothing moved since the last, each batch read being one:
-        `check_read`), else BadArgumentError naming the data and what it replaced, nothing
-        written. Found by the sixty-second round: a `__getitem__`
-        that replaced `pipeplan.precision.compute` or `executor.checkpoint._write` trained an
+        before it writes a checkpoint or the model (`writing`), and rank 0 again once their
+        files are written, before they are published (`checkpoint._write`'s and
+        `models.export`'s check: a thread the data code started that patched torch.save or
+        safetensors as they ran wrote an all-zero checkpoint or model, exit 0, the sixty-sixth
+        round; a patch made and undone within one write is still unseen): the data code
+        left pipeplan's modules and tables, the torch and transformers modules it trains
+        with, safetensors and pydantic's BaseModel as they were when the rank started
+        (`data.check_rank_held`: ~0.4 ms where nothing moved since the last, each batch read
+        being one: `check_read`), else BadArgumentError naming the data and what it
+        replaced, nothing written. Found by the sixty-second round: a `__getitem__` that
+        replaced `pipeplan.precision.compute` or `executor.checkpoint._write` trained an
         fp32 run in bfloat16 or wrote an all-zero checkpoint, exit 0 (only KEPT_MODULES are
         held around each batch's reads).
 
@@ -1465,7 +1474,10 @@ class Trainer:
         # The records the checkpoint follows reach the disk first: a resume refuses a
         # checkpoint whose records end before it (which a power loss could otherwise leave).
         self.recorder.sync()
-        checkpoint.save(self.run_dir, self.seq.layers, self.runtime.layout, states, manifest)
+        # Compared again once rank 0 wrote its files, before they are published: data code's
+        # threads run on through the write (`check_held`).
+        check = functools.partial(self.check_held, f"the checkpoint of step {self.step_index}")
+        checkpoint.save(self.run_dir, self.seq.layers, self.runtime.layout, states, manifest, check)
         one_sided_done(by_rank0=True)  # rank 0 writes it; the others come from its gather
 
     def record_data_modules(self) -> None:
