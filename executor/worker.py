@@ -1409,16 +1409,12 @@ class Trainer:
     # ----------------------------------------------------------------- AutoFreeze
 
     def gather_grad_norms(self) -> dict[int, float]:
-        """Mean gradient norm per layer since the last call, from replica 0's owners."""
-        runtime = self.runtime
-        norms = torch.zeros(len(self.seq.layers), dtype=torch.float64)
-        if runtime.topology.replica == 0 and runtime.grad_norm_steps:
-            for index, total in runtime.grad_norm_sums.items():
-                norms[index] = total / runtime.grad_norm_steps
-        runtime.grad_norm_sums, runtime.grad_norm_steps = {}, 0
-        norms = norms.to(comm_device())
-        dist.all_reduce(norms)
-        return {i: float(v) for i, v in enumerate(norms.tolist()) if v > 0}
+        """Collective: the mean gradient norm per layer since the last call, from replica 0's
+        owners (`grad_norm_state`): every active layer with parameters, 0.0 included; none
+        where no step was measured."""
+        sums, steps = self.grad_norm_state()
+        self.runtime.grad_norm_sums, self.runtime.grad_norm_steps = {}, 0
+        return {int(index): total / steps for index, total in sums.items()}
 
     def maybe_refreeze(
         self, epoch: int, norms: dict[int, float] | None, step_in_epoch: int = 0
@@ -1501,16 +1497,21 @@ class Trainer:
         """Collective: the gradient-norm sums since the last freeze decision (replica 0's
         owners hold them) and their step count, on every rank."""
         runtime = self.runtime
-        sums = torch.zeros(len(self.seq.layers), dtype=torch.float64)
+        # Each layer's sum beside whether its owner measured it: a sum of 0.0 is one (a
+        # gradient of exactly zero, or none: `layer_grad_norms`), which `if v > 0` left out
+        # of the records and checkpoints their readers then refused (the sixty-sixth round).
+        sums = torch.zeros(2, len(self.seq.layers), dtype=torch.float64)
         if runtime.topology.replica == 0:
             for index, total in runtime.grad_norm_sums.items():
-                sums[index] = total
+                sums[0, index], sums[1, index] = total, 1.0
         sums = sums.to(comm_device())
         dist.all_reduce(sums)
         mine = runtime.grad_norm_steps if runtime.topology.replica == 0 else 0
         steps = torch.tensor([mine], device=comm_device())
         dist.all_reduce(steps, op=dist.ReduceOp.MAX)
-        return {str(i): v for i, v in enumerate(sums.tolist()) if v > 0}, int(steps)
+        totals, measured = sums.tolist()
+        found = {str(i): v for i, (v, m) in enumerate(zip(totals, measured, strict=True)) if m}
+        return found, int(steps)
 
     # ----------------------------------------------------------------- end of an epoch
 
