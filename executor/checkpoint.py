@@ -109,8 +109,13 @@ def save(
     layout: Layout,
     states: dict[nn.Parameter, OptimizerState],
     manifest: CheckpointManifest,
+    check: Callable[[], None] | None = None,
 ) -> Path | None:
-    """Collective. Returns the checkpoint directory on rank 0."""
+    """Collective. Returns the checkpoint directory on rank 0; `check`, where given, runs
+    once the files are written, before they are published (`_write`):
+
+        save(run_dir, layers, layout, states, manifest, check=lambda: trainer.check_held(…))
+    """
     rank, host = dist.get_rank(), host_group()
     gathered = migrate(
         layers, layout, states, _gather_layout(layout.frozen_layers, len(layers)), rank, host
@@ -130,17 +135,26 @@ def save(
     # removes the partial folder as Ctrl-C does: they killed the rank and left it, the size
     # of the model and its AdamW state. No collective in here, so a handler runs at once.
     with stops_raised():
-        final = _write(run_dir, tensors, manifest)
+        final = _write(run_dir, tensors, manifest, check)
     prune(run_dir / "checkpoints")
     return final
 
 
-def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest) -> Path:
+def _write(
+    run_dir: Path,
+    tensors: dict[str, dict],
+    manifest: CheckpointManifest,
+    check: Callable[[], None] | None = None,
+) -> Path:
     """Rank 0's part of `save`: `tensors` ({file name: what it holds}) and the manifest into
-    `.tmp-step-N/`, fsynced, renamed `step-N/` (a resume's run.resume.json committed first,
-    an older `step-N/` renamed aside until then), then pointed at by `latest`. Whatever stops
-    it, the temporary folder goes (`remove_partial` for a rank killed outright) and the
-    checkpoint `latest` named stays."""
+    `.tmp-step-N/`, fsynced, then `check()` (the rank's guard: BadArgumentError, raised as
+    it is), then renamed `step-N/` (a resume's run.resume.json committed first, an older
+    `step-N/` renamed aside until then) and pointed at by `latest`. Whatever stops it, the
+    temporary folder goes (`remove_partial` for a rank killed outright) and the checkpoint
+    `latest` named stays.
+
+        _write(run_dir, {"model.pt": weights}, manifest, check=lambda: trainer.check_held(…))
+    """
     root = run_dir / "checkpoints"
     final = root / f"step-{manifest.step}"
     tmp = root / f"{PARTIAL}{final.name}"
@@ -171,6 +185,11 @@ def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest
                 os.fsync(handle.fileno())
         if writer is not None:
             writer.unlink()
+        if check is not None:
+            # Once the bytes are written, before anything publishes them: a data thread that
+            # replaced torch.save while the write ran (after the guard's compare before it)
+            # wrote an all-zero model.pt, checksummed as good (the sixty-sixth round).
+            check()
         _restore_replaced(root)  # one a killed write left: the rename aside needs its name
         # One step that a stop waits for; SIGKILL waits for nothing, so every point inside it
         # must leave a run that resume, export and report take. run.json first: committed
@@ -194,12 +213,17 @@ def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest
         # torch.save reports a full disk as a RuntimeError from its zip writer, not an
         # OSError: any failure, Ctrl-C too, removes the partial directory and keeps the
         # previous checkpoint. The reason is read first: the partial files fill the disk.
+        refused = isinstance(exc, BadArgumentError)  # `check`'s line says it all
         reason = (
-            write_failure(exc, root) or excerpt(" ".join(str(exc).split())) or type(exc).__name__
+            None
+            if refused
+            else write_failure(exc, root)
+            or excerpt(" ".join(str(exc).split()))
+            or type(exc).__name__
         )
         shutil.rmtree(tmp, ignore_errors=True)
         _restore_replaced(root)  # the old one back where the new one failed to take its place
-        if not isinstance(exc, Exception):  # Ctrl-C, SystemExit: nothing to explain
+        if refused or not isinstance(exc, Exception):  # Ctrl-C, SystemExit: nothing to explain
             raise
         if not reason.startswith(os.strerror(errno.EFBIG)):  # a full disk, or unknown
             free = shutil.disk_usage(root).free if root.exists() else 0

@@ -495,16 +495,26 @@ class PhaseRuntime:
         return norm
 
     def layer_grad_norms(self) -> dict[int, float]:
-        """Gradient norm of each active layer this rank owns (valid between the all-reduce
-        and zero_grad)."""
+        """Gradient norm of each active layer with parameters this rank owns (valid between
+        the all-reduce and zero_grad), 0.0 for one its gradient did not reach (every `grad`
+        None: a zero gradient, as autograd leaves it). Left out, as a layer whose norm was
+        exactly 0 was by the gather, the epoch's record lacked an active layer and its own
+        reader refused the run after training (the sixty-sixth round): the readers hold
+        every active layer with parameters to a norm (`checkpoint.check_sums_measured`).
+
+            runtime.layer_grad_norms()   # {2: 0.41, 3: 0.0, 4: 1.7}, layers 0-1 frozen
+        """
         if self.module is None:
             return {}
         indices, squares = [], []
         for index, layer in self.module.indexed():
-            grads = [p.grad for p in layer.parameters() if p.grad is not None]
-            if grads:
-                indices.append(index)
-                squares.append(sum((g.float() ** 2).sum() for g in grads))
+            params = list(layer.parameters())
+            if index < self.module.frozen_layers or not params:
+                continue  # no gradient and no norm: frozen, or nothing to train
+            indices.append(index)
+            grads = [p.grad for p in params if p.grad is not None]
+            zero = torch.zeros((), device=params[0].device)
+            squares.append(sum(((g.float() ** 2).sum() for g in grads), zero))
         if not squares:
             return {}
         # One transfer to the host for all layers, not a synchronisation per layer.

@@ -25,7 +25,6 @@ import contextlib
 import logging
 import os
 import re
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -790,15 +789,23 @@ def check_data_module(path: Path, spec: str, listed: list[str], found: list[str]
 # --------------------------------------------------------------------------- the model out
 
 
-def save_model(seq: LayerSequence, run_dir: Path, tokenizer: Any = None) -> Path:
+def save_model(
+    seq: LayerSequence,
+    run_dir: Path,
+    tokenizer: Any = None,
+    check: Callable[[], None] | None = None,
+) -> Path:
     """`runs/NAME/model/`: the sequence's weights as a transformers directory, with a text
     run's tokenizer (`export_tokenizer`). Rank 0 calls it after the final checkpoint, which
-    gathered every layer's current values there; a resumed run replaces the directory."""
+    gathered every layer's current values there; a resumed run replaces the directory once
+    the new one is written and `check` (the rank's guard) passed:
+
+        save_model(seq, run_dir, tokenizer, check=lambda: trainer.check_held("the trained model"))
+    """
     out = run_dir / MODEL_DIR
-    shutil.rmtree(out, ignore_errors=True)
     with stops_raised():  # SIGTERM too removes the partial `.tmp-model-PID/`, as Ctrl-C does
         # The run directory as it is, never made again.
-        models.export(seq, out, parents=False, tokenizer=tokenizer, run_owned=True)
+        models.export(seq, out, parents=False, tokenizer=tokenizer, run_owned=True, verify=check)
     log.info("trained model: %s (transformers: from_pretrained)", out)
     return out
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import logging
 import math
 import os
@@ -869,7 +870,11 @@ class Trainer:
             self.check_in_place()
             self.check_held("the trained model")
             self.seq.layers.cpu()  # its own stage's from its device: the export is host tensors
-            save_model(self.seq, self.run_dir, export_tokenizer(self.cfg, self.seq))
+            tokenizer = export_tokenizer(self.cfg, self.seq)
+            # Again once its files are written, before they are published: data code's
+            # threads run on through the write (`check_held`).
+            check = functools.partial(self.check_held, "the trained model")
+            save_model(self.seq, self.run_dir, tokenizer, check=check)
         self.finish()
 
     # ----------------------------------------------------------------- start or resume
@@ -1300,13 +1305,17 @@ class Trainer:
 
     def check_held(self, writing: str | None) -> None:
         """Every rank, once its data is loaded (`writing` None), at each epoch's end and
-        before it writes a checkpoint or the model (`writing`): the data code left pipeplan's
-        modules and tables, the torch and transformers modules it trains with, safetensors
-        and pydantic's BaseModel as they were when the rank started (`data.check_rank_held`:
-        ~0.4 ms where nothing moved since the last, each batch read being one:
-        `check_read`), else BadArgumentError naming the data and what it replaced, nothing
-        written. Found by the sixty-second round: a `__getitem__`
-        that replaced `pipeplan.precision.compute` or `executor.checkpoint._write` trained an
+        before it writes a checkpoint or the model (`writing`), and rank 0 again once their
+        files are written, before they are published (`checkpoint._write`'s and
+        `models.export`'s check: a thread the data code started that patched torch.save or
+        safetensors as they ran wrote an all-zero checkpoint or model, exit 0, the sixty-sixth
+        round; a patch made and undone within one write is still unseen): the data code
+        left pipeplan's modules and tables, the torch and transformers modules it trains
+        with, safetensors and pydantic's BaseModel as they were when the rank started
+        (`data.check_rank_held`: ~0.4 ms where nothing moved since the last, each batch read
+        being one: `check_read`), else BadArgumentError naming the data and what it
+        replaced, nothing written. Found by the sixty-second round: a `__getitem__` that
+        replaced `pipeplan.precision.compute` or `executor.checkpoint._write` trained an
         fp32 run in bfloat16 or wrote an all-zero checkpoint, exit 0 (only KEPT_MODULES are
         held around each batch's reads).
 
@@ -1400,16 +1409,12 @@ class Trainer:
     # ----------------------------------------------------------------- AutoFreeze
 
     def gather_grad_norms(self) -> dict[int, float]:
-        """Mean gradient norm per layer since the last call, from replica 0's owners."""
-        runtime = self.runtime
-        norms = torch.zeros(len(self.seq.layers), dtype=torch.float64)
-        if runtime.topology.replica == 0 and runtime.grad_norm_steps:
-            for index, total in runtime.grad_norm_sums.items():
-                norms[index] = total / runtime.grad_norm_steps
-        runtime.grad_norm_sums, runtime.grad_norm_steps = {}, 0
-        norms = norms.to(comm_device())
-        dist.all_reduce(norms)
-        return {i: float(v) for i, v in enumerate(norms.tolist()) if v > 0}
+        """Collective: the mean gradient norm per layer since the last call, from replica 0's
+        owners (`grad_norm_state`): every active layer with parameters, 0.0 included; none
+        where no step was measured."""
+        sums, steps = self.grad_norm_state()
+        self.runtime.grad_norm_sums, self.runtime.grad_norm_steps = {}, 0
+        return {int(index): total / steps for index, total in sums.items()}
 
     def maybe_refreeze(
         self, epoch: int, norms: dict[int, float] | None, step_in_epoch: int = 0
@@ -1465,7 +1470,10 @@ class Trainer:
         # The records the checkpoint follows reach the disk first: a resume refuses a
         # checkpoint whose records end before it (which a power loss could otherwise leave).
         self.recorder.sync()
-        checkpoint.save(self.run_dir, self.seq.layers, self.runtime.layout, states, manifest)
+        # Compared again once rank 0 wrote its files, before they are published: data code's
+        # threads run on through the write (`check_held`).
+        check = functools.partial(self.check_held, f"the checkpoint of step {self.step_index}")
+        checkpoint.save(self.run_dir, self.seq.layers, self.runtime.layout, states, manifest, check)
         one_sided_done(by_rank0=True)  # rank 0 writes it; the others come from its gather
 
     def record_data_modules(self) -> None:
@@ -1489,16 +1497,21 @@ class Trainer:
         """Collective: the gradient-norm sums since the last freeze decision (replica 0's
         owners hold them) and their step count, on every rank."""
         runtime = self.runtime
-        sums = torch.zeros(len(self.seq.layers), dtype=torch.float64)
+        # Each layer's sum beside whether its owner measured it: a sum of 0.0 is one (a
+        # gradient of exactly zero, or none: `layer_grad_norms`), which `if v > 0` left out
+        # of the records and checkpoints their readers then refused (the sixty-sixth round).
+        sums = torch.zeros(2, len(self.seq.layers), dtype=torch.float64)
         if runtime.topology.replica == 0:
             for index, total in runtime.grad_norm_sums.items():
-                sums[index] = total
+                sums[0, index], sums[1, index] = total, 1.0
         sums = sums.to(comm_device())
         dist.all_reduce(sums)
         mine = runtime.grad_norm_steps if runtime.topology.replica == 0 else 0
         steps = torch.tensor([mine], device=comm_device())
         dist.all_reduce(steps, op=dist.ReduceOp.MAX)
-        return {str(i): v for i, v in enumerate(sums.tolist()) if v > 0}, int(steps)
+        totals, measured = sums.tolist()
+        found = {str(i): v for i, (v, m) in enumerate(zip(totals, measured, strict=True)) if m}
+        return found, int(steps)
 
     # ----------------------------------------------------------------- end of an epoch
 

@@ -712,6 +712,7 @@ def export(
     parents: bool = True,
     tokenizer: Any = None,
     run_owned: bool = False,
+    verify: Callable[[], None] | None = None,
 ) -> Path:
     """Write `seq`'s current weights as a standard transformers directory (config.json and
     model.safetensors; with `tokenizer`, a transformers tokenizer, its files as its
@@ -727,14 +728,19 @@ def export(
     folders above it are made where missing; a run's model/ (`parents=False`) is written
     only into its run directory as it is, never into one made again at a path the run moved
     away from (the twenty-eighth round). It lies in no run directory (`check_outside_runs`)
-    unless it is the run's own (`run_owned`: its model/). The folder above it is held open
+    unless it is the run's own (`run_owned`: its model/, where the model a resumed run wrote
+    before is replaced, kept until the new one is whole). The folder above it is held open
     from that check to the rename (`held_folder`): a folder on the path swapped meanwhile for
     a link into a run directory put the export there (the forty-third round); now nothing is
-    written through it, and the export says the folder changed."""
+    written through it, and the export says the folder changed. `verify`, where given, runs
+    once the files are written, before the rename publishes them (a run's rank guard:
+    `models.export(seq, out, parents=False, run_owned=True, verify=trainer_check)`); what it
+    raises leaves nothing written."""
     if seq.hf_model is None:
         raise BadArgumentError(f"'{seq.name}' was not built by models.build: nothing to export")
     out = Path(out_dir)
-    if (why := not_a_new_directory(out)) is not None:  # a device was "not an empty directory"
+    why = not_a_new_directory(out)  # a device was "not an empty directory"
+    if why is not None and not (run_owned and out.is_dir() and not out.is_symlink()):
         raise OutputError(f"{out}: {why}; export needs a new one")
     # Named after this process, not `out`: a name near NAME_MAX made a longer one, "File name
     # too long" (the fifty-eighth round); and a later export removes it if this one is killed.
@@ -755,8 +761,15 @@ def export(
             _drop_ids_outside_vocabulary(tmp)
             give_output_modes(tmp)
             (tmp / EXPORT_MARK).unlink()
+            if verify is not None:
+                # Once the bytes are written: a data thread that replaced what writes them
+                # while save_pretrained ran (after the rank's compare before it) wrote an
+                # all-zero model, exit 0 (the sixty-sixth round).
+                verify()
             folder.confirm()  # the path still leads here: the rename lands where checked
             renaming = True
+            if run_owned:  # the model a resumed run wrote before, kept until now
+                shutil.rmtree(folder.entry(out.name), ignore_errors=True)
             # An empty `out` is replaced; a stop landing as it is, held: once the model is in
             # place, the command is done (`OUTPUT_WRITTEN`), whatever stop comes.
             with stops_deferred():

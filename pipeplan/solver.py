@@ -283,7 +283,7 @@ def _pinned_stages(pins: Pins) -> str:
     """
     if pins.boundaries is not None:
         given = ",".join(str(b) for b in pins.boundaries)
-        return f"the {pins.num_stages} stages of --boundaries {given}"
+        return f"the {pins.num_stages} stage{'s' * (pins.num_stages != 1)} of --boundaries {given}"
     return f"--stages {pins.num_stages}"
 
 
@@ -294,13 +294,19 @@ def _no_shape_message(
     N = model.cluster.num_devices
     possible = min(max_stages, N)
     if pins.num_stages and pins.num_stages > possible:
+        # With its remedy (the sixty-sixth round was told the cause alone): fewer stages,
+        # or the devices that many need where the layers allow it.
         stages = f"--stages {pins.num_stages} is"
+        fewer = f"give --stages {possible} or fewer"
         if pins.boundaries is not None:
             given = ",".join(str(b) for b in pins.boundaries)
             stages = f"--boundaries {given} makes {pins.num_stages} stages,"
+            fewer = f"give --boundaries of {possible} stages or fewer"
+        if pins.num_stages <= max_stages:
+            fewer += f", or use at least {pins.num_stages} devices"
         return (
             f"{stages} more than the {possible} stages possible ({max_stages} partitionable "
-            f"layers, {N} devices)"
+            f"layers, {N} devices); {fewer}"
         )
     if pins.micro_batches and pins.micro_batches > MAX_MICRO_BATCHES:
         return f"--micro-batches {pins.micro_batches} is beyond the limit of {MAX_MICRO_BATCHES}"
@@ -1689,6 +1695,9 @@ class PhaseSearch:
         # device.memory_bytes of 1 read as "a device has 0.0 MiB", unexplained).
         source = self.cluster._memory_source
         origin = f" ({source})" if source else ""
+        remedy = "(use devices with more memory, more devices, or another micro-batch size)"
+        if self.pins != Pins():
+            remedy = self._pinned_remedy()
         if smallest <= self.cluster.device_memory_bytes:
             # The min-max bound holds every stage to the same schedule; a stage after
             # forward-only ones holds more in flight, which the simulator prices and the bound
@@ -1698,14 +1707,80 @@ class PhaseSearch:
                 "every layout priced peaks above a device's memory (the least a bound over "
                 f"stages gives, {least}, leaves out what stages after frozen ones hold)"
             )
-            return (
-                f"the model does not fit {what}: {found}; a device has {has}{origin} "
-                "(use devices with more memory, more devices, or another micro-batch size)"
+            return f"the model does not fit {what}: {found}; a device has {has}{origin} {remedy}"
+        return f"the model does not fit {what}: {found} but a device has {has}{origin} {remedy}"
+
+    def _pinned_remedy(self) -> str:
+        """What bounds a pinned layout's memory and a change that fits, in parentheses: the
+        first pin whose change alone fits by the min-max bound (more stages, the fewest that
+        fit, for a pinned stage count; dropping a pinned partition, micro-batch count or
+        schedule), else dropping every flag that pins, else devices with more memory.
+        Found by the sixty-sixth round: `--stages 1` past a device's memory was told "use
+        devices with more memory, more devices, or another micro-batch size", and neither
+        of the last two plans (one stage holds every layer's weights and optimizer state).
+        The tries share one bound, MESSAGE_BUDGET_S, as the figure before them has its own.
+
+            self._pinned_remedy()
+            # "(--stages 1 bounds it: a stage holds its layers' weights and optimizer state
+            # whatever the devices or micro-batches; use --stages 2, the fewest stages that
+            # fit; or use devices with more memory)"
+        """
+        pins, deadline = self.pins, time.monotonic() + MESSAGE_BUDGET_S
+        stages = len(pins.boundaries) - 1 if pins.boundaries is not None else pins.num_stages
+        given = [] if stages is None else [_pinned_stages(replace(pins, num_stages=stages))]
+        bound = "bound" if pins.boundaries is not None and stages != 1 else "bounds"
+        tries: list[tuple[str, str, Pins]] = []
+        if pins.boundaries is not None:
+            tries.append(
+                (
+                    f"{given[0]} {bound} it",
+                    "drop --boundaries (another partition into as many stages fits)",
+                    replace(pins, num_stages=stages, boundaries=None),
+                )
             )
-        return (
-            f"the model does not fit {what}: {found} but a device has {has}{origin} "
-            "(use devices with more memory, more devices, or another micro-batch size)"
+        if stages is not None:
+            cause = f"{given[0]} {bound} it: a stage holds its "
+            cause += "layers' weights and optimizer state whatever the devices or micro-batches"
+            use = "drop --boundaries and use" if pins.boundaries is not None else "use"
+            for more in range(stages + 1, self.most_stages + 1):
+                change = f"{use} --stages {more}, the fewest stages that fit"
+                tries.append((cause, change, replace(pins, num_stages=more, boundaries=None)))
+        # A replica count is pinned by no flag (a plan's own comparisons pin it): not named.
+        for flag, value, unpinned in (
+            ("--micro-batches", pins.micro_batches, replace(pins, micro_batches=None)),
+            ("--schedule", pins.schedule, replace(pins, schedule=None)),
+        ):
+            if value is not None:
+                given.append(f"{flag} {value}")
+                tries.append((f"{flag} {value} bounds it", f"drop {flag}", unpinned))
+        if len(given) > 1:
+            both = f"{', '.join(given[:-1])} and {given[-1]}"
+            tries.append((f"{both} bound it", "drop them", Pins(replicas=pins.replicas)))
+        for cause, change, relaxed in tries:
+            if time.monotonic() > deadline:
+                break
+            if self._fits_with(relaxed, deadline):
+                return f"({cause}; {change}; or use devices with more memory)"
+        return "(use devices with more memory)"
+
+    def _fits_with(self, pins: Pins, deadline: float) -> bool:
+        """Whether the smallest per-device peak of this phase with `pins` instead of its own
+        (the min-max bound, `smallest_peak_memory_bytes`, until `deadline`) fits a device."""
+        search = PhaseSearch(
+            self.model,
+            self.global_batch,
+            self.frozen_layers,
+            self.cached,
+            pins,
+            forward_only=self.forward_only_layers > 0,
         )
+        try:
+            shapes = search.shapes()
+        except PipeplanError:  # no shape at all with these pins
+            return False
+        budget = max(deadline - time.monotonic(), 0.0)
+        smallest, _, _ = search.smallest_peak_memory_bytes(shapes, budget)
+        return smallest <= self.cluster.device_memory_bytes
 
 
 class _Run:

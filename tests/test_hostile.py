@@ -734,17 +734,53 @@ _NO_SHAPE = {
         "that can, such as 1030",
         "--global-batch 1030",
     ),
+    # The sixty-sixth round: the cause alone, no remedy.
+    "more stages than devices": (
+        "--devices-per-node 2 --global-batch 64 --stages 3",
+        "--stages 3 is more than the 2 stages possible (6 partitionable layers, 2 devices); "
+        "give --stages 2 or fewer, or use at least 3 devices",
+        "--stages 2",
+    ),
+}
+# Pinned layouts whose every shape is past a device's memory. Found by the sixty-sixth round:
+# `--stages 1` was told "use devices with more memory, more devices, or another micro-batch
+# size", and neither of the last two plans with one stage. A remedy's "-" drops the flag.
+_MEMORY = "the model does not fit with the pinned layout: the smallest achievable per-device "
+_WHOLE = "a stage holds its layers' weights and optimizer state whatever the devices or micro-"
+_PAST_MEMORY = {
+    "one stage past memory": (
+        "--devices-per-node 2 --global-batch 64 --stages 1 --device-memory 140MiB",
+        f"{_MEMORY}memory is 143.2 MiB but a device has 140.0 MiB (--stages 1 bounds it: "
+        f"{_WHOLE}batches; use --stages 2, the fewest stages that fit; or use devices with "
+        "more memory)",
+        "--stages 2",
+    ),
+    "one stage of boundaries past memory": (
+        "--devices-per-node 2 --global-batch 64 --boundaries 0,6 --device-memory 140MiB",
+        f"{_MEMORY}memory is 143.2 MiB but a device has 140.0 MiB (the 1 stage of --boundaries "
+        f"0,6 bounds it: {_WHOLE}batches; drop --boundaries and use --stages 2, the fewest "
+        "stages that fit; or use devices with more memory)",
+        "--boundaries - --stages 2",
+    ),
+    "stages and micro-batches past memory": (
+        "--devices-per-node 4 --global-batch 64 --stages 1 --micro-batches 2 "
+        "--device-memory 140MiB",
+        f"{_MEMORY}memory is 186.6 MiB but a device has 140.0 MiB (--stages 1 and "
+        "--micro-batches 2 bound it; drop them; or use devices with more memory)",
+        "--stages - --micro-batches -",
+    ),
 }
 
 
-@pytest.mark.parametrize("case", list(_NO_SHAPE))
+@pytest.mark.parametrize("case", [*_NO_SHAPE, *_PAST_MEMORY])
 def test_a_pinned_layout_without_a_shape_names_its_cause_and_remedy(tmp_path, capsys, case):
     """Found by the sixty-fifth round: `plan --global-batch 64 --micro-batches 1` on one
     device said the batch "cannot be split into whole micro-batches of at most 16 samples …;
     choose a global batch divisible by one of them", which 64 is: one micro-batch of 64 is
     past the profile's 16. Every pinned combination's line names its own cause, divisibility
-    only where it is one, and the remedy it offers plans."""
-    given, line, instead = _NO_SHAPE[case]
+    only where it is one, and the remedy it offers plans; a pinned layout past memory names
+    the pin that bounds it (the sixty-sixth round, `_PAST_MEMORY`)."""
+    given, line, instead = (_NO_SHAPE | _PAST_MEMORY)[case]
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps(PROFILE))
     argv = ["plan", "--profile", str(profile), "--epochs", "3", "--samples", "6400"]
@@ -755,7 +791,13 @@ def test_a_pinned_layout_without_a_shape_names_its_cause_and_remedy(tmp_path, ca
     assert snapshot(tmp_path) == before
     instead = instead.split()
     for flag, value in zip(instead[::2], instead[1::2], strict=True):
-        argv[argv.index(flag) + 1] = value
+        at = argv.index(flag) if flag in argv else None
+        if value == "-":
+            del argv[at : at + 2]
+        elif at is None:
+            argv += [flag, value]
+        else:
+            argv[at + 1] = value
     assert cli.main(argv) == 0, capsys.readouterr().err
 
 

@@ -7851,6 +7851,75 @@ def test_the_model_and_the_libraries_a_rank_writes_with_are_held_to_its_start():
     check_rank_held("m:load", held, "")  # all put back: passes again
 
 
+def test_a_write_a_data_thread_patches_as_it_runs_is_compared_before_it_is_published(
+    tmp_path, monkeypatch
+):
+    """Found by the sixty-sixth round: the rank guard compared before a checkpoint and the
+    model were written, not after; a thread the data code left running that replaced
+    torch.save (or safetensors' `_flatten_as_ptr`) once the write had begun wrote an
+    all-zero checkpoint, checksummed as good, or model/, exit 0. The guard now runs again
+    once the files are written, before they are published: refused, the temporary folder
+    gone, the previous checkpoint and model/ as they were."""
+    import safetensors.torch
+    from test_checkpoint import _manifest
+
+    from executor import checkpoint
+    from executor.data import BadArgumentError, check_rank_held, rank_held
+    from executor.task import save_model
+
+    def zeroed(value):
+        return {key: torch.zeros_like(tensor) for key, tensor in value.items()}
+
+    def guard(what):
+        """The rank's guard (`Trainer.check_held`) of what holds now, as it last compared."""
+        held = rank_held(models.model_modules("bert-synth"))
+        return lambda: check_rank_held("m:load", held, f"while this rank trained ({what})")
+
+    def race(owner, key, function):
+        """`owner.key` replaced by `function` as its first call begins (the thread's patch,
+        after the guard's compare before the write), put back at the test's end."""
+
+        def first(value, *args, **kwargs):
+            setattr(owner, key, function)
+            return function(value, *args, **kwargs)
+
+        monkeypatch.setattr(owner, key, first)
+
+    save, flatten = torch.save, safetensors.torch._flatten_as_ptr
+    seq = models.build("bert-synth")
+    weights = {"model.pt": {"w": torch.ones(4)}}
+    unwritten = "the checkpoint of step {} is not written"
+    checkpoint._write(tmp_path, weights, _manifest(2), guard(unwritten.format(2)))  # unchanged
+    save_model(seq, tmp_path, check=guard("the trained model is not written"))
+    before = {path: path.read_bytes() for path in sorted(tmp_path.rglob("*")) if path.is_file()}
+
+    race(torch, "save", lambda value, path: save(zeroed(value), path))
+    check = guard(unwritten.format(4))
+    check()  # the compare before the write passes
+    said = r"replaced or changed torch\.save while this rank trained \(the checkpoint of step 4 "
+    with pytest.raises(BadArgumentError, match=said):
+        checkpoint._write(tmp_path, weights, _manifest(4), check)
+    race(
+        safetensors.torch, "_flatten_as_ptr", lambda value, *a, **k: flatten(zeroed(value), *a, **k)
+    )
+    check = guard("the trained model is not written")
+    check()
+    said = r"changed safetensors\.torch\._flatten_as_ptr while this rank trained \(the trained "
+    with pytest.raises(BadArgumentError, match=said):
+        save_model(seq, tmp_path, check=check)
+    after = {path: path.read_bytes() for path in sorted(tmp_path.rglob("*")) if path.is_file()}
+    assert after == before  # no `.tmp-step-4/`, no export folder; step-2 and model/ unchanged
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "step-2\n"
+    # Put back, a resumed run's model replaces the one before once written and compared.
+    monkeypatch.undo()
+    with torch.no_grad():
+        next(seq.layers.parameters()).add_(1.0)
+    save_model(seq, tmp_path, check=guard("the trained model is not written"))
+    model = sorted((tmp_path / "model").iterdir())
+    assert model == sorted(path for path in before if path.parent.name == "model")
+    assert [path.read_bytes() == before[path] for path in model].count(False) == 1  # weights
+
+
 @pytest.mark.parametrize(
     "case",
     [

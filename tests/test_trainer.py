@@ -464,3 +464,51 @@ def test_a_skipped_recalibration_says_nothing_once_the_run_directory_is_gone(
     infos = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
     assert infos == (["recalibration skipped: too few steps to fit"] if there else [])
     assert any("recalibration skipped" in r.getMessage() for r in caplog.records)
+
+
+def test_a_layer_whose_gradient_is_zero_or_none_is_recorded_with_a_norm_of_0(
+    single_rank_group,
+):
+    """Found by the sixty-sixth round: an active layer whose gradient was exactly 0 (a
+    zero-initialised head: nothing flows back through it) or never reached it (a layer the
+    forward bypasses: every `grad` None) was left out of the epoch's grad_norms and the
+    checkpoint's grad_norm_sums (`if v > 0`), and the run's own readers refused them after
+    training ("grad_norms lacks active layer 2"). Each is measured as 0.0, which the readers
+    take."""
+    from executor.checkpoint import check_sums_measured, has_parameters
+    from pipeplan.formats.run import _check_grad_norms
+
+    seq = models.build("bert-synth", dropout=0.0)
+    layers = len(seq.layers)
+    with torch.no_grad():  # the classifier's weight: no gradient flows back past the head
+        seq.layers[-1].parts[-1].weight.zero_()
+    seq.layers[3].register_forward_hook(lambda layer, args, out: args[0])  # layer 3 unused
+    x, y = _batches(seq)[0]
+    runtime = PhaseRuntime(
+        seq.layers,
+        StepMean(seq.loss_sum, seq.targets),
+        make_layout(GLOBAL_BATCH, 2, False, (0, layers), ((0,),), 2, "1f1b"),
+        0,
+        example_input=lambda n: x[:n],
+        device=torch.device("cpu"),
+        make_optimizer=lambda params: torch.optim.AdamW(params, lr=LR),
+    )
+    runtime.step(x, y)
+    trainer = SimpleNamespace(runtime=runtime, seq=seq)
+    trainer.grad_norm_state = lambda: Trainer.grad_norm_state(trainer)
+    sums, steps = trainer.grad_norm_state()
+    norms = Trainer.gather_grad_norms(trainer)
+    runtime.destroy()
+    head = layers - 1
+    assert sums == {str(i): v for i, v in norms.items()} and steps == 1
+    assert {i: v for i, v in norms.items() if i != head} == dict.fromkeys(range(2, head), 0.0)
+    assert norms[head] > 0  # the classifier itself has a gradient
+    phase = _phase(1, 1)  # frozen_layers 2 of bert-synth's 8, as measured here
+    epoch = _epoch(1, 1).model_copy(update={"grad_norms": {str(k): v for k, v in norms.items()}})
+    _check_grad_norms(epoch, phase, "run.jsonl:3")  # the epoch record's reader takes it
+    manifest = SimpleNamespace(grad_norm_steps=steps, frozen_layers=2, grad_norm_sums=sums)
+
+    def refuse(field, why):
+        raise AssertionError(f"{field}: {why}")
+
+    check_sums_measured(manifest, has_parameters(seq.layers), refuse)  # and the checkpoint's
