@@ -57,6 +57,7 @@ from pipeplan.fileio import (
     EXPORT_FOLDER,
     REPLACED,
     TEMPORARY_PART,
+    remove_checkpoint,
     restore_replaced,
     stops_deferred,
     stops_raised,
@@ -159,6 +160,15 @@ def _write(
     final = root / f"step-{manifest.step}"
     tmp = root / f"{PARTIAL}{final.name}"
     aside = root / f"{REPLACED}{final.name}"
+    _restore_replaced(root)  # one a killed write left: the rename aside needs its name
+    if os.path.lexists(final) and os.path.lexists(aside):
+        # What `restore_replaced` leaves there is no checkpoint set aside (no manifest.json: a
+        # user's, or what an older pipeplan's kill half removed), and the rename aside fails
+        # on it (ENOTEMPTY), once run.json is committed: refused before anything is written.
+        raise OutputError(
+            f"{aside}: in the way of rewriting checkpoint {final.name} (it holds no "
+            "manifest.json: not one pipeplan set aside); move or delete it"
+        )
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         # Never the run directory itself: one moved away mid-run was made again, with a
@@ -190,7 +200,6 @@ def _write(
             # replaced torch.save while the write ran (after the guard's compare before it)
             # wrote an all-zero model.pt, checksummed as good (the sixty-sixth round).
             check()
-        _restore_replaced(root)  # one a killed write left: the rename aside needs its name
         # One step that a stop waits for; SIGKILL waits for nothing, so every point inside it
         # must leave a run that resume, export and report take. run.json first: committed
         # after `latest`, a kill between left a checkpoint trained with --epochs 3 beside a
@@ -201,14 +210,15 @@ def _write(
         # decision at its first step) is renamed aside, not deleted, until the new one is in
         # place: deleted first, a stop left `latest` naming a folder half gone or gone (the
         # sixty-fifth round). A kill between the two renames leaves `.old-step-N/`, which a
-        # claim or read of the run renames back (`restore_replaced`).
+        # claim or read of the run renames back (`restore_replaced`); one after, the folder
+        # being removed (`remove_checkpoint`), which they remove.
         with stops_deferred():
             commit_config(run_dir)
             with contextlib.suppress(FileNotFoundError):
                 os.replace(final, aside)
             os.replace(tmp, final)
             write_atomic(root / "latest", final.name + "\n")
-        shutil.rmtree(aside, ignore_errors=True)
+        _in_checkpoints(root, remove_checkpoint, aside.name)
     except BaseException as exc:
         # torch.save reports a full disk as a RuntimeError from its zip writer, not an
         # OSError: any failure, Ctrl-C too, removes the partial directory and keeps the
@@ -221,7 +231,7 @@ def _write(
             or excerpt(" ".join(str(exc).split()))
             or type(exc).__name__
         )
-        shutil.rmtree(tmp, ignore_errors=True)
+        _in_checkpoints(root, remove_checkpoint, tmp.name)  # its writer's mark may go first
         _restore_replaced(root)  # the old one back where the new one failed to take its place
         if refused or not isinstance(exc, Exception):  # Ctrl-C, SystemExit: nothing to explain
             raise
@@ -290,7 +300,7 @@ def prune(root: Path, keep: int = KEEP) -> None:
     """Remove all but the newest `keep` checkpoints under `root`; nothing that is not one
     (`checkpoints_written`) is ever removed (`prune(run_dir / "checkpoints")`)."""
     for old in checkpoints_written(root)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        _in_checkpoints(root, remove_checkpoint, old.name)
 
 
 # What a rank writes before it renames it, by folder of the run ("." the run directory): a
@@ -335,13 +345,20 @@ def remove_partial(run_dir: Path) -> list[Path]:
 def _restore_replaced(root: Path) -> None:
     """`fileio.restore_replaced` on the checkpoints folder `root` (a run's checkpoints/),
     unless it is missing or a link. Never raises."""
+    _in_checkpoints(root, restore_replaced)
+
+
+def _in_checkpoints(root: Path, action: Callable[..., None], *args: str) -> None:
+    """`action(folder, *args)` on the checkpoints folder `root` opened (`folder`, its
+    descriptor), unless it is missing or a link: `_in_checkpoints(root, remove_checkpoint,
+    "step-2")`."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         folder = os.open(root, flags)
     except OSError:
         return
     try:
-        restore_replaced(folder)
+        action(folder, *args)
     finally:
         os.close(folder)
 

@@ -737,7 +737,7 @@ def _remove_dead_checkpoints(run: HeldFolder) -> None:
         restore_replaced(checkpoints)
         for entry in os.listdir(checkpoints):
             if CHECKPOINT_FOLDER.fullmatch(entry) and _writer_gone(checkpoints, entry):
-                shutil.rmtree(entry, dir_fd=checkpoints, ignore_errors=True)
+                remove_checkpoint(checkpoints, entry)  # its mark may go first
     finally:
         os.close(checkpoints)
 
@@ -755,7 +755,8 @@ def restore_replaced(checkpoints: int) -> None:
     export and report were refused, the sixty-fifth round), else removed (killed or stopped
     once the new one was in place). Only this user's folders holding a manifest.json (a
     checkpoint's); called where no rank writes
-    (a claim, a read, `checkpoint.remove_partial`). Never raises.
+    (a claim, a read, `checkpoint.remove_partial`). Also what a removal killed midway left
+    (`REMOVED_CHECKPOINT`), removed. Never raises.
 
         restore_replaced(os.open("runs/k/checkpoints", os.O_RDONLY | os.O_DIRECTORY))
     """
@@ -765,11 +766,16 @@ def restore_replaced(checkpoints: int) -> None:
         return
     for entry in entries:
         named = REPLACED_CHECKPOINT.fullmatch(entry)
-        if named is None:
+        if named is None and not REMOVED_CHECKPOINT.fullmatch(entry):
             continue
         with suppress(OSError):
             found = os.stat(entry, dir_fd=checkpoints, follow_symlinks=False)
             if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
+                continue
+            if named is None:
+                # Whether its remover lives does not matter: a folder so named is never
+                # written again, only removed, and two removals of it end alike.
+                shutil.rmtree(entry, dir_fd=checkpoints, ignore_errors=True)
                 continue
             # A checkpoint's, holding its manifest: a user's folder of the name is not judged.
             manifest = os.stat(f"{entry}/manifest.json", dir_fd=checkpoints, follow_symlinks=False)
@@ -780,7 +786,30 @@ def restore_replaced(checkpoints: int) -> None:
             except FileNotFoundError:  # the new one never came: the old one is the checkpoint
                 os.rename(entry, named[1], src_dir_fd=checkpoints, dst_dir_fd=checkpoints)
             else:
-                shutil.rmtree(entry, dir_fd=checkpoints, ignore_errors=True)
+                remove_checkpoint(checkpoints, entry)
+
+
+# A checkpoint folder no longer needed (an `.old-step-N/` whose replacement is in place, a
+# `step-N/` pruned) as it is removed: `.removing-step-N.OWNER/`, its remover's `owner_tag`
+# (its pid alone without /proc), which keeps two removals of a step's folders apart.
+REMOVED_CHECKPOINT = re.compile(rf"\.removing-step-[0-9]{{1,12}}\.(?:{OWNER_TAG}|[0-9]{{1,10}})")
+
+
+def remove_checkpoint(checkpoints: int, name: str) -> None:
+    """Remove the checkpoint folder `name` (`step-N`, `.old-step-N`, `.tmp-step-N`) from the open
+    `checkpoints` folder, renamed `REMOVED_CHECKPOINT` first: rmtree deletes in directory
+    order (manifest.json first on tmpfs), and SIGKILL in it left a folder without its
+    manifest that no command judged pipeplan's, as large as the model and its AdamW state,
+    for good (the sixty-sixth round). So named at every instant of its removal, what a kill
+    leaves is removed by the next claim or read of the run (`restore_replaced`). Never raises.
+
+        remove_checkpoint(os.open("runs/k/checkpoints", os.O_RDONLY | os.O_DIRECTORY), "step-2")
+    """
+    removing = f".removing-step-{name.rpartition('step-')[2]}.{owner_tag() or os.getpid()}"
+    with suppress(OSError):  # not renamed (a name too long, one in the way): removed as named
+        os.rename(name, removing, src_dir_fd=checkpoints, dst_dir_fd=checkpoints)
+        name = removing
+    shutil.rmtree(name, dir_fd=checkpoints, ignore_errors=True)
 
 
 def _writer_gone(checkpoints: int, name: str) -> bool:

@@ -528,31 +528,35 @@ def test_a_checkpoint_names_its_writer_until_it_is_whole(tmp_path, monkeypatch):
     assert sorted(os.listdir(final)) == ["manifest.json", "model.pt"]
 
 
-def _killed_in_write(run: Path, tensors: dict, manifest, kill_at: int) -> bool:
+def _killed_in_write(
+    run: Path, tensors: dict, manifest, kill_at: int, calls=("replace", "rename")
+) -> bool:
     """`checkpoint._write(run, tensors, manifest)` in a forked child killed outright (SIGKILL:
-    no handler, no clean-up runs) as it calls its `kill_at`-th rename (os.replace or
-    os.rename, 1 the first); never killed where it makes fewer. Whether it was killed."""
+    no handler, no clean-up runs) as it makes its `kill_at`-th call (1 the first) of the os
+    functions `calls` (renames: os.replace, os.rename); never killed where it makes fewer.
+    Whether it was killed."""
     from executor import checkpoint
 
     made = run / "renames"
     child = os.fork()
     if child == 0:  # pragma: no cover (the child's)
         try:
-            calls = []
+            made_calls = []
 
-            def renaming(real):
-                def rename(src, dst, *args, **kwargs):
-                    calls.append(Path(dst).name)
-                    if len(calls) == kill_at:
+            def killing(real):
+                def call(*args, **kwargs):
+                    made_calls.append(args)
+                    if len(made_calls) == kill_at:
                         made.write_text("killed")
                         os.kill(os.getpid(), signal.SIGKILL)
-                    return real(src, dst, *args, **kwargs)
+                    return real(*args, **kwargs)
 
-                return rename
+                return call
 
-            os.replace, os.rename = renaming(os.replace), renaming(os.rename)
+            for name in calls:
+                setattr(os, name, killing(getattr(os, name)))
             checkpoint._write(run, tensors, manifest)
-            made.write_text(f"done after {len(calls)} renames")
+            made.write_text(f"done after {len(made_calls)} calls")
         finally:
             os._exit(0)
     os.waitpid(child, 0)
@@ -627,6 +631,86 @@ def test_a_checkpoint_renamed_aside_goes_back_where_its_step_is_missing(tmp_path
     shutil.move(points / "step-4", points / ".old-step-4")
     with fileio.reading_run(tmp_path):  # a report's read
         assert sorted(os.listdir(points)) == kept
+
+
+def test_a_kill_as_a_checkpoint_set_aside_is_removed_leaves_what_a_read_removes(tmp_path):
+    """Found by the sixty-sixth round: once a rewritten step's new checkpoint was in place,
+    its `.old-step-N/` was removed as it was named, manifest.json first (tmpfs lists the
+    newest file first); SIGKILL in that removal left a folder the size of the model and its
+    AdamW state that nothing judged pipeplan's, removed by no command. Killed as the
+    removal takes away the emptied folder itself (its manifest gone), a report's read leaves
+    the new checkpoint alone; folders and files of like names that no removal made stay."""
+    from executor import checkpoint
+    from pipeplan import fileio
+    from pipeplan.formats import dumps
+
+    run = tmp_path / "r"
+    points = run / "checkpoints"
+    run.mkdir()
+    (run / "run.json").write_text(dumps(_manifest(4).config))
+    old = {name: {"w": torch.full((4,), 2.0)} for name in checkpoint.FILES}
+    checkpoint._write(run, old, _manifest(4))
+    mine = [".removing-step-4.mine", ".removing-step-4.12"]
+    (points / mine[0]).mkdir()  # not a remover's name
+    (points / mine[1]).write_text("a file")  # a remover's name, but not a folder
+    new = {name: {"w": torch.full((4,), 3.0)} for name in checkpoint.FILES}
+    assert _killed_in_write(run, new, _manifest(4), kill_at=1, calls=("rmdir",))
+    with fileio.reading_run(run):  # a report's read
+        assert sorted(os.listdir(points)) == sorted(["latest", "step-4", *mine])
+    step = checkpoint.latest(run, "export")
+    assert torch.equal(torch.load(step / "model.pt", weights_only=True)["w"], new["model.pt"]["w"])
+
+
+def test_a_stop_as_a_checkpoint_is_pruned_leaves_what_a_read_removes(tmp_path, monkeypatch):
+    """The same class as the kill above: an older checkpoint pruned was removed as it was
+    named; a stop or kill in that removal left `step-2/` without its manifest, which nothing
+    lists as a checkpoint (`checkpoints_written`) and so nothing removed. Stopped as the
+    emptied folder itself goes, a report's read leaves the two kept."""
+    from executor import checkpoint
+    from pipeplan import fileio
+
+    points = tmp_path / "checkpoints"
+    for step in (2, 4, 6):
+        (points / f"step-{step}").mkdir(parents=True)
+        (points / f"step-{step}" / "manifest.json").write_text("{}")
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "rmdir", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.prune(points)
+    monkeypatch.undo()
+    with fileio.reading_run(tmp_path):
+        assert sorted(os.listdir(points)) == ["step-4", "step-6"]
+
+
+def test_a_rewrite_refuses_what_stands_where_its_checkpoint_goes_aside(tmp_path):
+    """Found by the sixty-sixth round: a rewrite of a step whose `.old-step-N` name held a
+    folder that is not a checkpoint set aside (no manifest.json: a user's, or an older
+    pipeplan's half-removed one) failed on it (ENOTEMPTY) once the resume's run.json was
+    committed. It is refused before anything is written, the folder and the run as they were."""
+    from executor import checkpoint
+    from pipeplan.errors import OutputError
+    from pipeplan.formats import dumps
+
+    run = tmp_path / "r"
+    points = run / "checkpoints"
+    run.mkdir()
+    two = _manifest(4).config.model_copy(update={"epochs": 2})
+    (run / "run.json").write_text(dumps(two))
+    old = {name: {"w": torch.full((4,), 2.0)} for name in checkpoint.FILES}
+    checkpoint._write(run, old, _manifest(4).model_copy(update={"config": two}))
+    (points / ".old-step-4").mkdir()
+    (points / ".old-step-4" / "model.pt").write_text("mine")
+    three = two.model_copy(update={"epochs": 3})
+    (run / checkpoint.PENDING_CONFIG).write_text(dumps(three))  # the resume's --epochs 3
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    new = {name: {"w": torch.full((4,), 3.0)} for name in checkpoint.FILES}
+    with pytest.raises(OutputError, match=r"old-step-4: in the way of rewriting checkpoint step-4"):
+        checkpoint._write(run, new, _manifest(4).model_copy(update={"config": three}))
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    assert sorted(os.listdir(points)) == [".old-step-4", "latest", "step-4"]
 
 
 def test_remove_partial_does_not_follow_a_linked_checkpoints_folder(tmp_path):
