@@ -59,7 +59,8 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
     (`calls.stops_raised_in_call`): in a call's first seconds (its imports) it was a bare
     KeyboardInterrupt from importlib, pydantic or torch (forty-ninth round). What the file
     system refuses (a name too long) is an InputFileError, the command line's line. The
-    process's environment is the caller's again as a call ends (`calls.environment_restored`).
+    process's environment is the caller's again as a call ends (`calls.environment_restored`),
+    and so is its logging set-up (`log.setup_restored`).
     Calls run one at a time (`calls.one_call`): another, from another thread or from inside
     the user's code during a call, is refused in one line."""
 
@@ -74,12 +75,14 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
         try:
             # claims_released: the run directories it claimed, as its process ends;
             # stops_raised_in_call: SIGTERM, SIGHUP, … raise Stopped, as the command's do;
-            # environment_restored: what the call's libraries set there is not the caller's
+            # environment_restored: what the call's libraries set there is not the caller's;
+            # setup_restored: nor is the logging set-up `run` makes to show its lines
             with (
                 one_call(f"{command.__name__}()"),
                 stops_raised_in_call(),
                 claims_released(),
                 environment_restored(),
+                log.setup_restored(),
             ):
                 return command(*args, **kwargs)
         except KeyboardInterrupt:
@@ -170,7 +173,7 @@ def run(
     from executor.launch import resume_run, start_run
 
     if not log.configured():  # the caller has not set up logging: show the epoch lines
-        log.setup()
+        log.setup()  # for this call alone (`_as_the_command_line`)
     if resume is not None:
         if runs_dir is not None:  # as the command line refuses it
             raise BadArgumentError(

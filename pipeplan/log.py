@@ -390,6 +390,30 @@ def setup(rank: int | None = None, debug: bool = False, stream=None) -> logging.
     return logger
 
 
+@contextlib.contextmanager
+def setup_restored() -> Iterator[None]:
+    """The "pipeplan" logger as it was before the block, however the block ends: its
+    handlers, level and propagation, and the format and stream `setup` gives a handler of
+    its own. An API call's (`api`): found by the sixty-sixth round, the first `pipeplan.run()`
+    set the logger up to show its epoch lines and left it so, and a later `preview`'s
+    warning, said before with no prefix, then came as `pipeplan: WARNING: …`.
+
+        with setup_restored():
+            setup()   # undone after the block
+    """
+    logger = logging.getLogger(LOGGER)
+    handlers, level, propagate = logger.handlers[:], logger.level, logger.propagate
+    formats = {h: (h.formatter, h.fixed) for h in handlers if isinstance(h, _Stderr)}
+    try:
+        yield
+    finally:
+        logger.handlers = handlers
+        logger.setLevel(level)  # also clears the loggers' cached levels
+        logger.propagate = propagate
+        for handler, (formatter, fixed) in formats.items():
+            handler.formatter, handler.fixed = formatter, fixed
+
+
 def configured() -> bool:
     """Whether the `pipeplan` logger has a handler (set up here or by the caller)."""
     return bool(logging.getLogger(LOGGER).handlers)

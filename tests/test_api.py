@@ -434,6 +434,47 @@ def test_a_call_leaves_the_environment_as_it_was(tmp_path, monkeypatch):
     assert dict(os.environ) == environment
 
 
+@pytest.mark.parametrize("fails", [False, True], ids=["returns", "fails"])
+@pytest.mark.parametrize("yours", [False, True], ids=["none set up", "yours set up"])
+def test_a_call_leaves_logging_as_it_was(tmp_path, monkeypatch, capsys, fails, yours):
+    """Found by the sixty-sixth round: the first `pipeplan.run()` set the `pipeplan` logger up
+    to show its epoch lines (pipeplan's handler, INFO) and left it so, and a later
+    `preview`'s warning changed format. The call shows its lines through it, or through the
+    caller's own set-up, and its end, a failure's too, leaves the logger's handlers, level
+    and propagation as they were."""
+    import logging
+
+    import executor.launch
+
+    logger = logging.getLogger("pipeplan")
+    # Other tests' commands, run in this process, set it up; this call's caller has not.
+    saved = logger.handlers[:], logger.level, logger.propagate
+    mine = logging.StreamHandler(sys.stderr)
+    mine.setFormatter(logging.Formatter("mine: %(message)s"))
+    logger.handlers, logger.propagate = [mine] if yours else [], not yours
+    logger.setLevel(logging.INFO if yours else logging.NOTSET)
+    before = logger.handlers[:], logger.level, logger.propagate
+
+    def start_run(cfg, runs_dir, prepare_only=False):  # no processes: its epoch line
+        logging.getLogger("pipeplan.run").info("epoch 1/1")
+        if fails:
+            raise PipeplanError("rank 0 failed")
+        return Path(runs_dir) / cfg.name, RunSummary(
+            name=cfg.name, total_s=0.0, steps=0, final_eval_accuracy=None, phases=[]
+        )
+
+    monkeypatch.setattr(executor.launch, "start_run", start_run)
+    try:
+        with contextlib.suppress(PipeplanError):
+            pipeplan.run(runs_dir=tmp_path, model="vit-digits", epochs=1, device_memory="100MiB")
+        assert (logger.handlers, logger.level, logger.propagate) == before
+    finally:
+        logger.handlers, logger.propagate = saved[0], saved[2]
+        logger.setLevel(saved[1])
+    said = "mine: epoch 1/1" if yours else "pipeplan: INFO: epoch 1/1"
+    assert said in capsys.readouterr().err.splitlines()
+
+
 @pytest.mark.parametrize(
     "given, said",
     [
