@@ -281,7 +281,7 @@ from executor.topology import host_group
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
 from pipeplan.calls import dropped_stops_redelivered, held_for_life
-from pipeplan.cluster import HostRanks, format_bytes
+from pipeplan.cluster import HostRanks, size_text
 from pipeplan.costmodel import check_priced_clusters
 from pipeplan.errors import (
     BadArgumentError,
@@ -874,9 +874,9 @@ def check_free_space(run_dir: Path) -> None:
     if free is not None and free < MIN_FREE_BYTES:
         _check_disk_writable(run_dir)  # read-only: no space freed lets it write
         raise OutputError(
-            f"{run_dir}: the disk holding it has {format_bytes(free) if free else 'nothing'} "
+            f"{run_dir}: the disk holding it has {size_text(free) if free else 'nothing'} "
             "free; a run needs at "
-            f"least {format_bytes(MIN_FREE_BYTES)} to start (its records and each rank's "
+            f"least {size_text(MIN_FREE_BYTES)} to start (its records and each rank's "
             "error report): free some space and run it again"
         )
 
@@ -951,10 +951,10 @@ def check_checkpoint_room(runs_root: Path, profile: Profile) -> None:
     if free is not None and free < checkpoint + MIN_FREE_BYTES:
         _check_disk_writable(runs_root)
         raise OutputError(
-            f"{runs_root}: the disk holding it has {format_bytes(free)} free; the run's first "
-            f"checkpoint takes about {format_bytes(checkpoint)} ({params:,} parameters, "
+            f"{runs_root}: the disk holding it has {size_text(free)} free; the run's first "
+            f"checkpoint takes about {size_text(checkpoint)} ({params:,} parameters, "
             f"{CHECKPOINT_BYTES_PER_PARAM} bytes each: the float32 weights and AdamW's two "
-            f"moments), and a run needs {format_bytes(MIN_FREE_BYTES)} more to start: free "
+            f"moments), and a run needs {size_text(MIN_FREE_BYTES)} more to start: free "
             "some space and run it again"
         )
 

@@ -118,6 +118,18 @@ def format_bytes(size: int) -> str:
     return "{}{}".format(*min(exact)) if exact else str(size)
 
 
+def size_text(size: int) -> str:
+    """19087992 → '18.2 MiB', 3 << 29 → '1.5 GiB', 140 << 10 → '140.0 KiB', 512 → '512 bytes':
+    a size as a message says it to a reader, with one decimal of the largest binary unit it
+    reaches. `format_bytes` writes one that `parse_bytes` reads back, a bare byte count where
+    no unit divides it (the sixty-sixth round: "the run's first checkpoint takes about
+    19087992" beside "16MiB")."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        if size >= _BYTE_UNITS[unit.lower()]:
+            return f"{size / _BYTE_UNITS[unit.lower()]:,.1f} {unit}"
+    return f"{size} byte" + ("" if size == 1 else "s")
+
+
 def format_bandwidth(bytes_per_s: float) -> str:
     """15.75e9 → '15.75GB/s', 3.125e9 → '3.125GB/s', 5e5 → '500kB/s' (read by `parse_bandwidth`)."""
     for prefix in ("T", "G", "M", "k"):

@@ -4597,7 +4597,7 @@ def test_a_resume_on_a_full_disk_is_refused_naming_the_free_space(
 
     monkeypatch.setattr(launch.os, "statvfs", full)
     fragment = (
-        f"{run}: the disk holding it has nothing free; a run needs at least 16MiB to start",
+        f"{run}: the disk holding it has nothing free; a run needs at least 16.0 MiB to start",
         "free some space and run it again",
     )
     refused(["run", "--resume", str(run), "--epochs", "2"], run, capsys, fragment)

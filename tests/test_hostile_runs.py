@@ -3525,7 +3525,8 @@ def test_a_new_run_on_a_full_disk_is_refused_naming_the_free_space(
     err = capsys.readouterr().err
     assert err == (
         f"pipeplan: error: {runs}: the disk holding it has nothing free; a run needs at least "
-        "16MiB to start (its records and each rank's error report): free some space and run it "
+        "16.0 MiB to start (its records and each rank's error report): free some space and run "
+        "it "
         "again\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == (["runs"] if made else [])
@@ -3585,14 +3586,46 @@ def test_a_new_run_whose_first_checkpoint_cannot_fit_is_refused(
         return
     assert code == 2
     assert err.startswith(
-        f"pipeplan: error: {runs}: the disk holding it has 20MiB free; the run's first "
+        f"pipeplan: error: {runs}: the disk holding it has 20.0 MiB free; the run's first "
         "checkpoint takes about 1"
     ), err
     assert err.endswith(
-        "12 bytes each: the float32 weights and AdamW's two moments), and a run needs 16MiB "
+        "12 bytes each: the float32 weights and AdamW's two moments), and a run needs 16.0 MiB "
         "more to start: free some space and run it again\n"
     ), err
     assert not runs.exists()
+
+
+def test_the_disk_refusals_say_sizes_in_a_readers_unit(tmp_path, monkeypatch):
+    """Found by the sixty-sixth round: the refusal gave the first checkpoint's size as a bare
+    byte count ("takes about 19087992") beside "34MiB free" and "16MiB more": `format_bytes`
+    writes a size that `parse_bytes` reads back, a bare count where no unit divides it. Sizes
+    no unit divides, the free space's too, are said with one decimal of their unit."""
+    from types import SimpleNamespace
+
+    from executor import launch
+    from pipeplan.errors import OutputError
+
+    real = os.statvfs
+    free = (34 << 20) + 12_345  # 34.01 MiB
+
+    def some_free(path):
+        found = real(path)
+        return os.statvfs_result((found.f_bsize, 1, *found[2:4], free, *found[5:]))
+
+    monkeypatch.setattr(launch.os, "statvfs", some_free)
+    monkeypatch.setattr(launch, "size_limit", lambda: None)
+    profile = SimpleNamespace(layers=[SimpleNamespace(params=1_590_666)])  # vit-digits'
+    with pytest.raises(OutputError) as refused:
+        launch.check_checkpoint_room(tmp_path, profile)
+    assert str(refused.value) == (
+        f"{tmp_path}: the disk holding it has 34.0 MiB free; the run's first checkpoint takes "
+        "about 18.2 MiB (1,590,666 parameters, 12 bytes each: the float32 weights and AdamW's "
+        "two moments), and a run needs 16.0 MiB more to start: free some space and run it again"
+    )
+    free = (140 << 10) + 7  # the forty-eighth round's 140 KiB
+    with pytest.raises(OutputError, match=r"^\S+: the disk holding it has 140\.0 KiB free; a run"):
+        launch.check_free_space(tmp_path)
 
 
 def test_a_prepared_run_torchrun_starts_on_a_fuller_disk_is_refused(tmp_path, capsys, monkeypatch):
@@ -3615,7 +3648,7 @@ def test_a_prepared_run_torchrun_starts_on_a_fuller_disk_is_refused(tmp_path, ca
     assert cli.main([*argv, "--name", "r"]) == 0, capsys.readouterr().err
     free["mib"] = 20
     world = {"RANK": 0, "WORLD_SIZE": 1, "LOCAL_WORLD_SIZE": 1, "LOCAL_RANK": 0}
-    with pytest.raises(OutputError, match="the disk holding it has 20MiB free; the run's first"):
+    with pytest.raises(OutputError, match=r"the disk holding it has 20\.0 MiB free; the run's"):
         launch.enter_run(runs / "r", resume=False, world=world)
 
 
