@@ -790,8 +790,9 @@ def restore_replaced(checkpoints: int) -> None:
 
 
 # A checkpoint folder no longer needed (an `.old-step-N/` whose replacement is in place, a
-# `step-N/` pruned) as it is removed: `.removing-step-N.OWNER/`, its remover's `owner_tag`
-# (its pid alone without /proc), which keeps two removals of a step's folders apart.
+# `step-N/` pruned, a dead or failed writer's `.tmp-step-N/`) as it is removed:
+# `.removing-step-N.OWNER/`, its remover's `owner_tag` (its pid alone without /proc), which
+# keeps two removals of a step's folders apart.
 REMOVED_CHECKPOINT = re.compile(rf"\.removing-step-[0-9]{{1,12}}\.(?:{OWNER_TAG}|[0-9]{{1,10}})")
 
 
