@@ -2761,6 +2761,50 @@ RANK_LIBRARIES = (
     "huggingface_hub.serialization._base",
     "huggingface_hub.serialization._torch",
     "huggingface_hub.dataclasses",
+    # What a model's build initialises it with (a rank builds it after its data code first
+    # runs: the data's task, classes and padding size it) and what a training step, an
+    # evaluation and the epoch's order call, found by tracing a BERT's, a GPT-2's, a Llama's
+    # and a ViT's build, a step of each with AdamW and gradient clipping, their evaluation
+    # under no_grad and a DistributedSampler's order (`sys.setprofile`): every module reached
+    # outside Python's standard library and the holds above, less transformers' Auto classes'
+    # (`transformers.models.auto`, which a build asks for the model's name only: their tables
+    # are lazy, and listing one imports every model transformers has, ~11 s). Found by the
+    # sixty-sixth round: a `__getitem__` that set `torch.nn.init._no_grad_normal_` to draw 10×
+    # wider built BERT so, exit 0. tests/test_hostile_data.py checks the list against a trace.
+    "torch.nn.init",
+    "transformers.initialization",
+    "torch.autograd.grad_mode",
+    "torch.autograd.profiler",
+    "torch.utils._contextlib",
+    "torch.utils.data.distributed",
+    "torch.random",
+    "torch.cuda.random",
+    "torch.cuda.graphs",
+    "torch.xpu.random",
+    "torch.xpu.graphs",
+    "torch.mps",
+    "torch.mtia",
+    "torch.accelerator",
+    "torch._ops",
+    "torch._compile",
+    "torch._dynamo.eval_frame",
+    "torch._dynamo.decorators",
+    "torch._C._dynamo.eval_frame",
+    "torch._C._linalg",
+    "torch.profiler._cupti_monitor",
+    "torch.package.package_importer",
+    "transformers.utils.output_capturing",
+    "transformers.utils.type_validators",
+    "transformers.monkey_patching",
+    "transformers.integrations.hub_kernels",
+    "transformers.integrations.deepspeed",
+    "huggingface_hub.utils",
+    "huggingface_hub.utils.tqdm",
+    "kernels._internals.layer.layer",
+    # And what a sampled rank ran in besides (the sixty-sixth round's): the collectives'
+    # logging wrapper and numpy's set operations.
+    "torch.distributed.c10d_logger",
+    "numpy.lib._arraysetops_impl",
 )
 # And compared at a rank's writes (at each epoch's end, before each checkpoint and its model:
 # `check_rank_held`), not after each batch read, where `functions_kept` already holds them

@@ -8198,6 +8198,65 @@ def test_a_patch_a_read_makes_is_refused_before_anything_computes_with_the_batch
     trainer.rows(items, [5], 0)  # put back: passes
 
 
+def test_what_a_ranks_build_and_step_reach_is_held():
+    """Found by the sixty-sixth round: a rank builds its model after its data code first
+    runs (the data's task, classes and padding size it), and `torch.nn.init` was in no hold,
+    so a `__getitem__` that set `torch.nn.init._no_grad_normal_` to draw 10× wider built
+    BERT so, exit 0. Every module a build and a training step reach outside Python's standard
+    library (traced here, as RANK_LIBRARIES was) is now held from the rank's start."""
+    import torch.nn.init as init
+
+    from executor.data import BadArgumentError, check_rank_held, rank_held
+
+    held = rank_held(models.model_modules("bert-synth"))
+    reached = set()
+
+    def called(frame, event, arg):
+        if event == "call":
+            reached.add(frame.f_globals.get("__name__"))
+        elif event == "c_call":
+            reached.add(getattr(arg, "__module__", None))
+
+    def build_and_step():
+        seq = models.build("bert-synth")
+        optimizer = torch.optim.AdamW(seq.layers.parameters())
+        x, _ = seq.example_batch(2)
+        for layer in seq.layers:
+            x = layer(x)
+        x.float().sum().backward()
+        optimizer.step()
+
+    build_and_step()  # what they import, imported before the trace (its finders are no rank's)
+    sys.setprofile(called)
+    try:
+        build_and_step()
+    finally:
+        sys.setprofile(None)
+    names = {name for name, _, _ in held.owners}
+    # Modules, less Python's own, typing's backport and this one (a C function may name a
+    # module that is none: torch._ops.profiler).
+    libraries = {
+        name
+        for name in reached
+        if isinstance(name, str)
+        and name in sys.modules
+        and name != __name__
+        and name.partition(".")[0] not in (*sys.stdlib_module_names, "typing_extensions")
+    }
+    assert libraries <= names, sorted(libraries - names)
+    normal = init._no_grad_normal_
+    when = "as this rank loaded and read it (nothing is trained)"
+    try:
+        init._no_grad_normal_ = lambda tensor, mean, std, generator=None: normal(
+            tensor, mean, std * 10, generator
+        )
+        with pytest.raises(BadArgumentError, match=r"changed torch\.nn\.init\._no_grad_normal_ as"):
+            check_rank_held("m:load", held, when)
+    finally:
+        init._no_grad_normal_ = normal
+    check_rank_held("m:load", held, when)  # put back: passes again
+
+
 def test_rank_state_names_what_pipeplans_own_code_changes():
     """Found by the sixty-second round, as its tables came to be held in a rank
     (`check_rank_held`): RANK_STATE, the tables and values pipeplan's own code changes as it
