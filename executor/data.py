@@ -2780,6 +2780,7 @@ RANK_LIBRARIES = (
     "torch.autograd.grad_mode",
     "torch.autograd.profiler",
     "torch.utils._contextlib",
+    "torch.utils._device",  # every torch call's, where a default device is set
     "torch.utils.data.distributed",
     "torch.random",
     "torch.cuda.random",
