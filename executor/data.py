@@ -2690,7 +2690,11 @@ def pickling_kept(spec: str, doing: str) -> Iterator[None]:
 # sixty-third's). After a read, with each owner's class and the default dtype (the sixty-fifth
 # round's), ~0.40 ms: 0.50 against 0.44 ms side by side, the least of 500 on a busy shared
 # core; at a write, with RANK_AT_WRITES and what the holds run on (`_guard_changes`, ~0.03
-# ms), 0.75 ms. Found by the sixty-second round: a `__getitem__`'s
+# ms), 0.75 ms. With the sixty-sixth round's (the modules a build and a step reach, ~2,600
+# names, and the rank's own objects, `hold_rank_objects`: ~0.11 ms for a BERT's ~230 modules,
+# parameters and their ~1,700 hook dicts and tables), 0.76 ms after a read and 1.0 ms at a
+# write, against 0.50 and 0.75 ms side by side, the least of 300 on a busy shared core.
+# Found by the sixty-second round: a `__getitem__`'s
 # `pipeplan.precision.compute = bf16 autocast` trained an fp32 run in bfloat16,
 # `executor.checkpoint._write` and `pipeplan.models.export` replaced wrote an all-zero
 # checkpoint and model, and `torch._C._nn.cross_entropy_loss` trained towards class 0, each
@@ -2765,6 +2769,51 @@ RANK_LIBRARIES = (
     "huggingface_hub.serialization._base",
     "huggingface_hub.serialization._torch",
     "huggingface_hub.dataclasses",
+    # What a model's build initialises it with (a rank builds it after its data code first
+    # runs: the data's task, classes and padding size it) and what a training step, an
+    # evaluation and the epoch's order call, found by tracing a BERT's, a GPT-2's, a Llama's
+    # and a ViT's build, a step of each with AdamW and gradient clipping, their evaluation
+    # under no_grad and a DistributedSampler's order (`sys.setprofile`): every module reached
+    # outside Python's standard library and the holds above, less transformers' Auto classes'
+    # (`transformers.models.auto`, which a build asks for the model's name only: their tables
+    # are lazy, and listing one imports every model transformers has, ~11 s). Found by the
+    # sixty-sixth round: a `__getitem__` that set `torch.nn.init._no_grad_normal_` to draw 10×
+    # wider built BERT so, exit 0. tests/test_hostile_data.py checks the list against a trace.
+    "torch.nn.init",
+    "transformers.initialization",
+    "torch.autograd.grad_mode",
+    "torch.autograd.profiler",
+    "torch.utils._contextlib",
+    "torch.utils._device",  # every torch call's, where a default device is set
+    "torch.utils.data.distributed",
+    "torch.random",
+    "torch.cuda.random",
+    "torch.cuda.graphs",
+    "torch.xpu.random",
+    "torch.xpu.graphs",
+    "torch.mps",
+    "torch.mtia",
+    "torch.accelerator",
+    "torch._ops",
+    "torch._compile",
+    "torch._dynamo.eval_frame",
+    "torch._dynamo.decorators",
+    "torch._C._dynamo.eval_frame",
+    "torch._C._linalg",
+    "torch.profiler._cupti_monitor",
+    "torch.package.package_importer",
+    "transformers.utils.output_capturing",
+    "transformers.utils.type_validators",
+    "transformers.monkey_patching",
+    "transformers.integrations.hub_kernels",
+    "transformers.integrations.deepspeed",
+    "huggingface_hub.utils",
+    "huggingface_hub.utils.tqdm",
+    "kernels._internals.layer.layer",
+    # And what a sampled rank ran in besides (the sixty-sixth round's): the collectives'
+    # logging wrapper and numpy's set operations.
+    "torch.distributed.c10d_logger",
+    "numpy.lib._arraysetops_impl",
 )
 # And compared at a rank's writes (at each epoch's end, before each checkpoint and its model:
 # `check_rank_held`), not after each batch read, where `functions_kept` already holds them
@@ -2888,6 +2937,9 @@ class RankHeld:
     read_owners: int = -1
     read_views: int = 0
     read_held: int = 0
+    # The rank's own model, then its phase's stage and optimizer (`hold_rank_objects`): none
+    # until the model is built.
+    own: list[ObjectsHeld] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.dtype = torch.get_default_dtype()
@@ -2910,6 +2962,8 @@ class RankHeld:
         """What the views hold now, as `_as_found` compares it next."""
         self.lengths = list(map(len, self.views))
         self.objects = list(itertools.chain.from_iterable(self.views))
+        for objects in self.own:
+            objects.found()
 
 
 def _table_views(table: Any) -> list[Any]:
@@ -3016,6 +3070,7 @@ def _as_found(held: RankHeld, read: bool = False) -> bool:
         and torch.get_default_dtype() is held.dtype
         and all(map(operator.is_, map(type, owners), held.kinds))
         and all(map(operator.is_, itertools.chain.from_iterable(views), held.objects))
+        and all(objects.as_found() for objects in held.own)
     )
 
 
@@ -3196,6 +3251,8 @@ def _rank_changes(held: RankHeld, read: bool = False, *, _own: Any = _guard_chan
     ]
     if (dtype := torch.get_default_dtype()) is not held.dtype:
         changed.append(f"torch's default dtype (to {_dtype(dtype)}, from {_dtype(held.dtype)})")
+    for objects in held.own:
+        changed += objects.changes()
     changed = own + changed
     if not changed:
         held.found()
@@ -3207,6 +3264,191 @@ def _same_flag(now: Any, held: Any) -> bool:
     NaN as NaN)."""
     same = type(now) is type(held) and (now == held or (now != now and held != held))
     return now is held or same
+
+
+# What of a module's instance its forward runs through, held by their entries: its sublayers
+# and parameters (one replaced trains apart from the optimizer, or not at all). Not its
+# buffers: moving a layer to its device puts new ones in place (tensors' values are not held).
+_MODULE_TABLES = ("_modules", "_parameters")
+# A tensor's own hooks (a parameter's: on its gradient, and after it accumulates).
+_TENSOR_HOOKS = ("_backward_hooks", "_post_accumulate_grad_hooks")
+
+
+def _pipeplans_hook(hook: Any) -> bool:
+    """Whether `hook` is a function (or a bound method) of pipeplan's own modules, as
+    `parallel.BackwardClock` registers on each phase's stage and parameters and takes off as
+    the phase ends."""
+    code = getattr(hook, "__func__", hook)
+    space = getattr(code, "__globals__", None)
+    name = space.get("__name__") if isinstance(space, dict) else None
+    return (
+        isinstance(name, str)
+        and name.partition(".")[0] in RANK_PACKAGES
+        and vars(sys.modules.get(name, types)) is space
+    )
+
+
+def _their_hooks(hooks: Any) -> list[Any]:
+    """The hooks of a hook dict (None: none) that are not pipeplan's own (`_pipeplans_hook`)."""
+    found = hooks.values() if isinstance(hooks, dict) else ()
+    return [hook for hook in found if not _pipeplans_hook(hook)]
+
+
+def _shadows(kind: type, key: str, value: Any) -> bool:
+    """Whether an instance's attribute `key` (`value`) hides its class's `kind` attribute of
+    that name where either is callable: `optimizer.step = nothing` on the object."""
+    missing = object()
+    found = inspect.getattr_static(kind, key, missing)
+    return found is not missing and (callable(value) or callable(found))
+
+
+class ObjectsHeld:
+    """What `hold_rank_objects` took of a rank's own objects (its model's modules and
+    parameters, its stage, its optimizer) and of torch's global hooks: each object's class,
+    its attributes that hide a callable of its class, its hook dicts and a module's sublayers
+    and parameters (`_MODULE_TABLES`) by their entries; compared by `check_rank_held` with
+    the rest. Hooks of pipeplan's own (`_pipeplans_hook`) come and go with each phase, and
+    are no change."""
+
+    def __init__(self, named: list[tuple[str, Any]], source: Any = None, hooks: bool = False):
+        """`named`: (what the line calls it, the object); `source`: what they were found in
+        (the model's layers); `hooks`: torch's global hooks too."""
+        self.named, self.source = named, source
+        self.values = [value for _, value in named]
+        self.kinds = list(map(type, self.values))
+        # Per object: {name: value} of its attributes that hide its class's, as held.
+        self.hidden = []
+        # (the object's index, the attribute, the hooks not pipeplan's, or a table's entries).
+        self.hooks: list[tuple[int, str, list[Any]]] = []
+        self.tables: list[tuple[int, str, Any, dict[str, Any]]] = []
+        for index, (_, value) in enumerate(named):
+            names = vars(value) if isinstance(getattr(value, "__dict__", None), dict) else {}
+            kind = type(value)
+            self.hidden.append({key: got for key, got in names.items() if _shadows(kind, key, got)})
+            keys = [key for key, got in names.items() if "_hooks" in key and isinstance(got, dict)]
+            if isinstance(value, torch.Tensor):
+                keys = list(_TENSOR_HOOKS)
+            for key in keys:
+                self.hooks.append((index, key, _their_hooks(getattr(value, key, None))))
+            for key in _MODULE_TABLES if isinstance(value, torch.nn.Module) else ():
+                table = names[key]
+                self.tables.append((index, key, table, dict(table)))
+        self.globals = [
+            (module, key, _their_hooks(getattr(module, key)))
+            for module, key, _ in (_GLOBAL_HOOKS if hooks else ())
+            if isinstance(getattr(module, key), dict)
+        ]
+        self.found()
+
+    def found(self) -> None:
+        """What `as_found` compares next, as it is now: each object's instance dict's length
+        (an attribute added) and its entries that hide its class's, are hook dicts or tables
+        (not the rest: a layer's `training`, the stage's spans of each step), and those hook
+        dicts' and tables' entries."""
+        spaces = [
+            vars(value)
+            for value in self.values
+            if isinstance(getattr(value, "__dict__", None), dict)
+        ]
+        self.spaces, self.sizes = spaces, list(map(len, spaces))
+        self.at = [
+            space
+            for space in spaces
+            for key, got in space.items()
+            if "_hooks" in key or key in _MODULE_TABLES or callable(got)
+        ]
+        self.keys = [
+            key
+            for space in spaces
+            for key, got in space.items()
+            if "_hooks" in key or key in _MODULE_TABLES or callable(got)
+        ]
+        self.entries = list(map(dict.get, self.at, self.keys))
+        tensors = [value for value in self.values if isinstance(value, torch.Tensor)]
+        self.tensors = [value for value in tensors for _ in _TENSOR_HOOKS]
+        self.tensor_keys = list(_TENSOR_HOOKS) * len(tensors)
+        self.tensor_hooks = list(map(getattr, self.tensors, self.tensor_keys))
+        dicts = [got for got in [*self.entries, *self.tensor_hooks] if isinstance(got, dict)]
+        dicts += [getattr(module, key) for module, key, _ in self.globals]
+        self.views = [table.values() for table in dicts]
+        self.lengths = list(map(len, self.views))
+        # Those not empty, whose entries `as_found` compares (most hook dicts are empty: their
+        # lengths say all).
+        self.full = [view for view, length in zip(self.views, self.lengths, strict=True) if length]
+        self.objects = list(itertools.chain.from_iterable(self.full))
+
+    def as_found(self) -> bool:
+        """Whether every object is as the last comparison found it, compared in C."""
+        return (
+            all(map(operator.is_, map(type, self.values), self.kinds))
+            and list(map(len, self.spaces)) == self.sizes
+            and all(map(operator.is_, map(dict.get, self.at, self.keys), self.entries))
+            and all(
+                map(operator.is_, map(getattr, self.tensors, self.tensor_keys), self.tensor_hooks)
+            )
+            and list(map(len, self.views)) == self.lengths
+            and all(map(operator.is_, itertools.chain.from_iterable(self.full), self.objects))
+        )
+
+    def changes(self) -> list[str]:
+        """What of the objects differs from what was held, by the name the line gives it."""
+        changed = []
+        for (name, value), kind, hidden in zip(self.named, self.kinds, self.hidden, strict=True):
+            if type(value) is not kind:
+                changed.append(f"the class of {name}")
+            names = vars(value) if isinstance(getattr(value, "__dict__", None), dict) else {}
+            changed += [
+                f"{name}.{key}"
+                for key, got in names.items()
+                if (key in hidden and got is not hidden[key])
+                or (key not in hidden and _shadows(kind, key, got))
+            ]
+            changed += [f"{name}.{key} (deleted)" for key in hidden.keys() - names.keys()]
+        for index, key, held in self.hooks:
+            now = _their_hooks(getattr(self.named[index][1], key, None))
+            if len(now) != len(held) or not all(map(operator.is_, now, held)):
+                changed.append(f"{self.named[index][0]}'s hooks ({key})")
+        for index, key, table, entries in self.tables:
+            now = vars(self.named[index][1]).get(key)
+            if now is not table or not _same_table(now, entries):
+                changed.append(f"{self.named[index][0]}'s {key.strip('_')}")
+        for module, key, held in self.globals:
+            now = _their_hooks(getattr(module, key, None))
+            if len(now) != len(held) or not all(map(operator.is_, now, held)):
+                changed.append(f"{module.__name__}.{key}")
+        return changed
+
+
+def hold_rank_objects(held: RankHeld, model: torch.nn.Module, *phase: Any) -> None:
+    """Hold, in `held` (`rank_held`), the rank's own objects from now on, as `ObjectsHeld`
+    says, compared by `check_rank_held` with the rest: every module and parameter of its
+    `model` (the LayerSequence's layers) and torch's global hooks, held as first given; and
+    `phase`'s objects (its stage's module, its optimizer; None where it has none), in place of
+    the last phase's (which go as it ends). Found by the sixty-sixth round: a `__getitem__`
+    that found the rank's AdamW through `gc` and set `step` on the instance, swapped its
+    `__class__` for a subclass whose step does nothing, or registered a forward hook zeroing
+    each BertLayer's output trained nothing, exit 0.
+
+        hold_rank_objects(held, seq.layers)                                     # once built
+        hold_rank_objects(held, seq.layers, runtime.module, runtime.optimizer)  # each phase
+    """
+    if not held.own or held.own[0].source is not model:
+        named = [
+            (f"the model's layers.{key}".rstrip("."), value) for key, value in model.named_modules()
+        ]
+        named += [(f"the model's layers.{key}", value) for key, value in model.named_parameters()]
+        held.own = [ObjectsHeld(named, model, hooks=True)]
+    named = [
+        (
+            "this rank's stage"
+            if isinstance(value, torch.nn.Module)
+            else f"this rank's optimizer ({type(value).__name__})",
+            value,
+        )
+        for value in phase
+        if value is not None
+    ]
+    held.own[1:] = [ObjectsHeld(named)] if named else []
 
 
 def check_rank_held(spec: str, held: RankHeld, when: str, read: bool = False) -> None:
@@ -3226,10 +3468,11 @@ def check_rank_held(spec: str, held: RankHeld, when: str, read: bool = False) ->
     raise BadArgumentError(
         f"data {quoted(spec)}: its code replaced or changed {_some(changed)} {when}; data "
         "code must leave pipeplan's modules and tables, torch's layers, functions and "
-        "pipeline, the model's transformers modules and tables, what saves it, safetensors, "
-        "pydantic's BaseModel and json as it found them, as every rank trains and writes its "
-        "records and model with them (patch one only around your own code that needs it, as "
-        "`with unittest.mock.patch(...)` does)"
+        "pipeline, the model's transformers modules and tables, what builds and saves it, "
+        "safetensors, pydantic's BaseModel and json, and the rank's own model and optimizer "
+        "(their classes, methods, layers and hooks) as it found them, as every rank trains "
+        "and writes its records and model with them (patch one only around your own code "
+        "that needs it, as `with unittest.mock.patch(...)` does; hook your own modules)"
     )
 
 

@@ -76,12 +76,17 @@ DATA_RECORD = "data.json"  # runs/NAME/data.json: what the data files were at th
 
 
 def build_task(
-    cfg: RunConfig, quiet: bool = False, from_checkpoint: bool = False
+    cfg: RunConfig,
+    quiet: bool = False,
+    from_checkpoint: bool = False,
+    built: Callable[[LayerSequence], None] | None = None,
 ) -> tuple[LayerSequence, TaskData]:
     """The run's model and data, checked against each other. `quiet` keeps the fresh-head
     notice for the first build (launch.prepare) only, not once per rank. `from_checkpoint`:
     a checkpoint then gives every weight (a resume, an export), so the model is drawn at
-    random; the model folder's weights are not read, and need not still be there.
+    random; the model folder's weights are not read, and need not still be there. `built` is
+    called with the model as soon as it is built, before the data is read against it (a
+    rank holds it from then: `data.hold_rank_objects`).
 
         seq, data = build_task(cfg, quiet=True, from_checkpoint=True)   # then restore(…)
     """
@@ -92,7 +97,7 @@ def build_task(
         raise BadArgumentError(text.not_text(spec))
     with _notices(quiet):
         if spec == "synth-text":  # generated for the model: its task, length and vocabulary
-            seq = _build(cfg, cfg.task)
+            seq = _build(cfg, cfg.task, built=built)
             data = load_data(spec, seq, cfg.seed)
         elif text.is_text_spec(spec):
             text.check_two_files(spec)
@@ -104,14 +109,14 @@ def build_task(
                 classes, names = corpus.num_labels, corpus.label_names
             # Named labels: numbered as the model's config numbers them (`models.label_order`),
             # which the tokenized labels then follow (`text.tokenize`).
-            seq = _build(cfg, task, classes, names, padding_mask=True)
+            seq = _build(cfg, task, classes, names, padding_mask=True, built=built)
             data = text.tokenize(corpus, cfg.tokenizer, seq, quiet)
         else:
             data = load_data(spec, None, cfg.seed)
             task = cfg.task or data_task(data)
             classes = _classes(data, task)
             _check_classes(classes, spec)
-            seq = _build(cfg, task, classes, padding_mask=data.padded)
+            seq = _build(cfg, task, classes, padding_mask=data.padded, built=built)
         check_compatible(data, seq)
     return seq, data
 
@@ -123,8 +128,9 @@ def _build(
     label_names: list[str] | None = None,
     *,
     padding_mask: bool = False,
+    built: Callable[[LayerSequence], None] | None = None,
 ) -> LayerSequence:
-    return models.build(
+    seq = models.build(
         cfg.model,
         seq_len=cfg.seq_len,
         seed=cfg.seed,
@@ -135,6 +141,9 @@ def _build(
         label_names=label_names,
         padding_mask=padding_mask,
     )
+    if built is not None:
+        built(seq)
+    return seq
 
 
 def _text_task(corpus: text.Corpus, task: str | None, spec: str, quiet: bool = False) -> str:

@@ -43,6 +43,7 @@ from executor.data import (
     check_batch_labels,
     check_rank_held,
     descriptor_2_held,
+    hold_rank_objects,
     hung_read,
     is_user_code,
     keep_data_directory_on_path,
@@ -770,7 +771,12 @@ class Trainer:
         # Same weights everywhere: the checkpoint's (`resume`: the model folder's are then not
         # read), or the folder's or drawn from the seed (a fresh head too); launch.prepare
         # already gave the builder's notices once.
-        self.seq, self.data = build_task(cfg, quiet=True, from_checkpoint=resume)
+        # Its model is held as soon as it is built (`hold_rank_objects`), before the data is
+        # read against it: the sixty-sixth round's `__getitem__` hooked each BertLayer, found
+        # through `gc`, as the first items were checked against the model.
+        self.seq, self.data = build_task(
+            cfg, quiet=True, from_checkpoint=resume, built=self.hold_model
+        )
         # Each rank called the data's function again: what it got must be what the launcher
         # checked (data.json's; on resume what the run started with), before any collective
         # (a longer set on one rank hung the run for --collective-timeout: thirty-second
@@ -1038,6 +1044,7 @@ class Trainer:
             precision=self.cfg.precision,
         )
         install_states(self.runtime.optimizer, states)
+        self.hold_objects()  # the phase's stage and optimizer, with its hooks
         self.check_in_place()  # the cache's folder and the phase's record are under it
         self.prepare_cache(layout)
         one_sided_done()
@@ -1064,6 +1071,7 @@ class Trainer:
         old.destroy()
         # Nothing else holds the old stage and optimizer: freed before the next phase builds.
         self.runtime = None
+        self.hold_objects()
         return states
 
     def make_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -1329,6 +1337,21 @@ class Trainer:
             else f"while this rank trained ({writing} is not written)"
         )
         check_rank_held(self.cfg.data, self.held, when)
+
+    def hold_model(self, seq: models.LayerSequence) -> None:
+        """The rank's model, held as `build_task` builds it (`hold_objects`): no data code
+        has seen it yet."""
+        if self.held is not None:
+            hold_rank_objects(self.held, seq.layers)
+
+    def hold_objects(self) -> None:
+        """The rank's own objects, held from now on for `check_held` and `check_read`
+        (`data.hold_rank_objects`): its model's layers, as first built, and the phase's stage
+        module and optimizer, as the phase made them (none between two phases)."""
+        if self.held is not None:
+            runtime = self.runtime
+            phase = (runtime.module, runtime.optimizer) if runtime is not None else ()
+            hold_rank_objects(self.held, self.seq.layers, *phase)
 
     def check_read(self, split: str) -> None:
         """After each batch of items this rank reads (`pair`, `rows`), before anything

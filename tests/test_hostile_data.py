@@ -17,6 +17,7 @@ import signal
 import struct
 import subprocess
 import sys
+import textwrap
 import time
 import traceback
 import types
@@ -8265,6 +8266,219 @@ def test_a_patch_a_read_makes_is_refused_before_anything_computes_with_the_batch
         torch._C._nn.cross_entropy_loss = old
     items.patch = False
     trainer.rows(items, [5], 0)  # put back: passes
+
+
+def test_a_ranks_own_model_and_optimizer_are_held_to_what_pipeplan_made():
+    """Found by the sixty-sixth round: a rank held modules and classes, not its own objects,
+    so a `__getitem__` that found the rank's AdamW through `gc` and set `step` on the
+    instance, or swapped its `__class__` for a subclass whose step does nothing, trained
+    nothing, exit 0. Each object of the rank's model (its modules and parameters), its stage
+    and its optimizer is now held (`hold_rank_objects`): its class, its attributes that hide
+    its class's callables, its hooks and a module's sublayers, parameters and buffers; hooks
+    on the user's own modules and pipeplan's own hooks are no change."""
+    from executor.clock import Clock
+    from executor.data import BadArgumentError, check_rank_held, hold_rank_objects, rank_held
+    from executor.parallel import BackwardClock
+
+    def mine(*args, **kwargs):
+        return None
+
+    seq = models.build("bert-synth")
+    layers = seq.layers
+    stage = torch.nn.Sequential(*layers)
+    optimizer = torch.optim.AdamW(layers.parameters())
+    block = next(m for m in layers.modules() if type(m).__name__ == "BertLayer")
+    name = next(key for key, m in layers.named_modules() if m is block)
+    weight_name, weight = next(iter(layers.named_parameters()))
+    held = rank_held(models.model_modules("bert-synth"))
+    hold_rank_objects(held, layers, stage, optimizer)
+    when = "as this rank read a training batch (it is not trained on)"
+    check_rank_held("m:load", held, when)  # nothing changed: passes
+    # The user's own module hooked, and pipeplan's own hooks on the stage and parameters (as
+    # each phase registers and takes them off): no change.
+    own = torch.nn.Linear(2, 2)
+    own.register_forward_hook(mine)
+    clock = BackwardClock(stage, list(layers.parameters()), Clock(torch.device("cpu")))
+    check_rank_held("m:load", held, when)
+    clock.remove()
+    check_rank_held("m:load", held, when)
+
+    class Nothing(torch.optim.AdamW):
+        def step(self, closure=None):
+            return None
+
+    # What a `__getitem__` does to the rank's objects, how it is undone, what the line names.
+    attention = block.attention
+    cases = [
+        (
+            lambda: setattr(optimizer, "step", mine),
+            lambda _: delattr(optimizer, "step"),
+            "this rank's optimizer (AdamW).step",
+        ),
+        (
+            lambda: setattr(optimizer, "__class__", Nothing),
+            lambda _: setattr(optimizer, "__class__", torch.optim.AdamW),
+            "the class of this rank's optimizer",
+        ),
+        (
+            lambda: optimizer.register_step_pre_hook(mine),
+            lambda handle: handle.remove(),
+            "this rank's optimizer (AdamW)'s hooks (_optimizer_step_pre_hooks)",
+        ),
+        (
+            lambda: block.register_forward_hook(mine),
+            lambda handle: handle.remove(),
+            f"the model's layers.{name}'s hooks (_forward_hooks)",
+        ),
+        (
+            lambda: block.register_full_backward_pre_hook(mine),
+            lambda handle: handle.remove(),
+            f"the model's layers.{name}'s hooks (_backward_pre_hooks)",
+        ),
+        (
+            lambda: setattr(block, "forward", mine),
+            lambda _: delattr(block, "forward"),
+            f"the model's layers.{name}.forward",
+        ),
+        (
+            lambda: setattr(block, "attention", torch.nn.Identity()),
+            lambda _: setattr(block, "attention", attention),
+            f"the model's layers.{name}'s modules",
+        ),
+        (
+            lambda: weight.register_hook(lambda grad: grad * 0),
+            lambda handle: handle.remove(),
+            f"the model's layers.{weight_name}'s hooks (_backward_hooks)",
+        ),
+        (
+            lambda: stage.register_forward_pre_hook(mine),
+            lambda handle: handle.remove(),
+            "this rank's stage's hooks (_forward_pre_hooks)",
+        ),
+        (
+            lambda: torch.nn.modules.module.register_module_forward_hook(mine),
+            lambda handle: handle.remove(),
+            "torch.nn.modules.module._global_forward_hooks",
+        ),
+    ]
+    for change, undo, named in cases:
+        done = change()
+        try:
+            with pytest.raises(BadArgumentError) as caught:
+                check_rank_held("m:load", held, when)
+            said = str(caught.value)
+            assert said.startswith("data 'm:load': its code replaced or changed "), said
+            assert named in said and f"{when}; data code must leave " in said, said
+            assert "the rank's own model and optimizer" in said, said
+        finally:
+            undo(done)
+        check_rank_held("m:load", held, when)  # put back: passes again
+
+
+def test_a_ranks_model_is_held_before_the_data_is_read_against_it(tmp_path):
+    """Found by the sixty-sixth round: a rank held its model's objects only after its data
+    was checked against it, so a `__getitem__` that hooked each BertLayer (found through `gc`)
+    as those first items were read trained with every layer's output zeroed. `build_task`
+    now hands the model to the rank (`built`: `Trainer.hold_model`) before it reads the data
+    against it."""
+    import executor.worker as worker
+    from executor.data import BadArgumentError, rank_held
+    from executor.task import build_task
+    from pipeplan.formats import RunConfig
+
+    source = tmp_path / "hooking.py"
+    source.write_text(
+        textwrap.dedent(
+            """
+            import gc
+            import torch
+            from executor.data import TaskData
+
+            def zero(module, args, out):
+                return tuple(x * 0 for x in out) if isinstance(out, tuple) else out * 0
+
+            class Items(torch.utils.data.Dataset):
+                def __len__(self):
+                    return 8
+
+                def __getitem__(self, index):
+                    for found in gc.get_objects():
+                        if type(found).__name__ == "BertLayer" and not found._forward_hooks:
+                            found.register_forward_hook(zero)
+                    return torch.randint(3, 20, (32,)), torch.tensor(index % 2)
+
+            def load():
+                return TaskData("hooking", Items(), Items(), num_labels=2)
+            """
+        )
+    )
+    cfg = RunConfig(model="bert-synth", data=f"{source}:load")
+    trainer = object.__new__(worker.Trainer)
+    trainer.cfg = cfg
+    trainer.held = rank_held(models.model_modules("bert-synth"))
+    seq = build_task(cfg, quiet=True, built=trainer.hold_model)[0]
+    assert any(m._forward_hooks for m in seq.layers.modules())  # the reads hooked it
+    with pytest.raises(BadArgumentError, match=r"the model's layers\.\d+\.\S+'s hooks"):
+        trainer.check_held(None)
+
+
+def test_what_a_ranks_build_and_step_reach_is_held():
+    """Found by the sixty-sixth round: a rank builds its model after its data code first
+    runs (the data's task, classes and padding size it), and `torch.nn.init` was in no hold,
+    so a `__getitem__` that set `torch.nn.init._no_grad_normal_` to draw 10× wider built
+    BERT so, exit 0. Every module a build and a training step reach outside Python's standard
+    library (traced here, as RANK_LIBRARIES was) is now held from the rank's start."""
+    import torch.nn.init as init
+
+    from executor.data import BadArgumentError, check_rank_held, rank_held
+
+    held = rank_held(models.model_modules("bert-synth"))
+    reached = set()
+
+    def called(frame, event, arg):
+        if event == "call":
+            reached.add(frame.f_globals.get("__name__"))
+        elif event == "c_call":
+            reached.add(getattr(arg, "__module__", None))
+
+    def build_and_step():
+        seq = models.build("bert-synth")
+        optimizer = torch.optim.AdamW(seq.layers.parameters())
+        x, _ = seq.example_batch(2)
+        for layer in seq.layers:
+            x = layer(x)
+        x.float().sum().backward()
+        optimizer.step()
+
+    build_and_step()  # what they import, imported before the trace (its finders are no rank's)
+    sys.setprofile(called)
+    try:
+        build_and_step()
+    finally:
+        sys.setprofile(None)
+    names = {name for name, _, _ in held.owners}
+    # Modules, less Python's own, typing's backport and this one (a C function may name a
+    # module that is none: torch._ops.profiler).
+    libraries = {
+        name
+        for name in reached
+        if isinstance(name, str)
+        and name in sys.modules
+        and name != __name__
+        and name.partition(".")[0] not in (*sys.stdlib_module_names, "typing_extensions")
+    }
+    assert libraries <= names, sorted(libraries - names)
+    normal = init._no_grad_normal_
+    when = "as this rank loaded and read it (nothing is trained)"
+    try:
+        init._no_grad_normal_ = lambda tensor, mean, std, generator=None: normal(
+            tensor, mean, std * 10, generator
+        )
+        with pytest.raises(BadArgumentError, match=r"changed torch\.nn\.init\._no_grad_normal_ as"):
+            check_rank_held("m:load", held, when)
+    finally:
+        init._no_grad_normal_ = normal
+    check_rank_held("m:load", held, when)  # put back: passes again
 
 
 def test_rank_state_names_what_pipeplans_own_code_changes():
