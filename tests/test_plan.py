@@ -29,9 +29,16 @@ def shape(**overrides):
     return {"global_batch": 64, "samples": 6400, "epochs": 6, **overrides}
 
 
-def test_same_inputs_give_byte_identical_plans(profile, cluster):
+@pytest.fixture(scope="module")
+def alpha_plan(profile, cluster) -> str:
+    """The plan file of `shape()` under `alpha_schedule(0.3, 6, 12)`: made once (~5 s of CPU)
+    for the tests that read or tamper with it."""
+    return dumps(make_plan(profile, cluster, freeze=alpha_schedule(0.3, 6, 12), **shape()))
+
+
+def test_same_inputs_give_byte_identical_plans(profile, cluster, alpha_plan):
     freeze = alpha_schedule(0.3, 6, 12)
-    first = dumps(make_plan(profile, cluster, freeze=freeze, **shape()))
+    first = alpha_plan
     second = dumps(make_plan(profile, cluster, freeze=freeze, **shape()))
     assert first == second
     plan = parse(Plan, first)  # the file validates against its own schema
@@ -242,12 +249,9 @@ def test_a_cache_is_advanced_by_the_newly_frozen_layers_only_where_it_survives()
         (lambda p: p["phases"][-1].update(start_epoch=50), "starts at epoch 50"),
     ],
 )
-def test_a_plan_whose_phases_do_not_tile_the_training_is_refused(
-    profile, cluster, tamper, fragment
-):
+def test_a_plan_whose_phases_do_not_tile_the_training_is_refused(alpha_plan, tamper, fragment):
     """A hand-edited plan ran to completion with no phases or phases out of order."""
-    plan = make_plan(profile, cluster, **shape(), freeze=alpha_schedule(0.3, 6, 12))
-    doc = json.loads(dumps(plan))
+    doc = json.loads(alpha_plan)
     assert len(doc["phases"]) >= 2
     tamper(doc)
     with pytest.raises(InputFileError, match=fragment):
