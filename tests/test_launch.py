@@ -83,6 +83,30 @@ def test_the_launchers_process_does_not_import_the_training_code():
     assert done.returncode == 0 and done.stdout == "[]\n", (done.stdout, done.stderr)
 
 
+@pytest.mark.timeout(120)
+def test_a_rank_collects_once_its_imports_are_in_and_a_launcher_as_it_was():
+    """A rank imports torch and its training code with the cyclic collector off, then freezes
+    those objects out of its passes and turns it on (`_IMPORTS_UNCOLLECTED`): on again before
+    anything of the run's, or a long run's cyclic garbage is never freed. A process that only
+    imports the module (a launcher) keeps its collector as it was."""
+    probe = (
+        "import gc, runpy, sys\n"
+        "import executor.launch\n"
+        "launcher = (gc.isenabled(), gc.get_freeze_count())\n"
+        "sys.argv = ['executor.launch', '--help']  # `main` exits as it parses, once imported\n"
+        "try:\n"
+        "    runpy.run_module('executor.launch', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(launcher, gc.isenabled(), gc.get_freeze_count() > 100_000)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "(True, 0) True True", (done.stdout, done.stderr)
+
+
 def _ignore_hangup_and_interrupt() -> None:  # as `nohup` (SIGHUP) and a background job
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -93,6 +93,15 @@ def test_the_suite_keeps_no_passing_test_s_folder(tmp_path):
     assert kept == ["test_fails0"]
 
 
+def test_the_suites_collector_is_on_while_tests_run():
+    """conftest turns the cyclic collector off for the session's imports and freezes them out
+    of its passes once the tests are collected: on again for every test (a test's cyclic
+    garbage is freed), the imports' objects frozen."""
+    import gc
+
+    assert gc.isenabled() and gc.get_freeze_count() > 100_000, gc.get_freeze_count()
+
+
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(
     "expression, long_kept",
