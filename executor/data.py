@@ -3267,9 +3267,23 @@ def _same_flag(now: Any, held: Any) -> bool:
 
 
 # What of a module's instance its forward runs through, held by their entries: its sublayers
-# and parameters (one replaced trains apart from the optimizer, or not at all). Not its
-# buffers: moving a layer to its device puts new ones in place (tensors' values are not held).
+# and parameters (one replaced trains apart from the optimizer, or not at all). Its buffers
+# too, but from the phase's hold on (`settings`): moving a layer to its device puts new ones
+# in place (tensors' values are not held).
 _MODULE_TABLES = ("_modules", "_parameters")
+# What pipeplan itself sets each step, not held: an optimizer's groups' "lr" (the worker's
+# `train_step`), StepMean's "scale" (`begin`), and a group's "params" (held by its members).
+_SET_EACH_STEP = frozenset({"lr", "scale", "params"})
+# Values compared by equality (of their type); any other by identity (`_same_held`).
+_PLAIN = (bool, int, float, complex, str, bytes, tuple, type(None), torch.dtype, torch.device)
+
+
+def _same_held(now: Any, held: Any) -> bool:
+    """Whether a held entry `now` is the one held: a plain value (`_PLAIN`) equal to it, of
+    its type, or the same object."""
+    return now is held or (type(held) in _PLAIN and _same_flag(now, held))
+
+
 # A tensor's own hooks (a parameter's: on its gradient, and after it accumulates).
 _TENSOR_HOOKS = ("_backward_hooks", "_post_accumulate_grad_hooks")
 
@@ -3306,14 +3320,31 @@ class ObjectsHeld:
     """What `hold_rank_objects` took of a rank's own objects (its model's modules and
     parameters, its stage, its optimizer) and of torch's global hooks: each object's class,
     its attributes that hide a callable of its class, its hook dicts and a module's sublayers
-    and parameters (`_MODULE_TABLES`) by their entries; compared by `check_rank_held` with
-    the rest. Hooks of pipeplan's own (`_pipeplans_hook`) come and go with each phase, and
+    and parameters (`_MODULE_TABLES`) by their entries, an optimizer's groups and a loss
+    function's attributes (`_hold_entries`), and, from a phase's hold, the model's buffers,
+    modes and `requires_grad` (`_hold_settings`); compared by `check_rank_held` with the
+    rest. Hooks of pipeplan's own (`_pipeplans_hook`) come and go with each phase, and
     are no change."""
 
-    def __init__(self, named: list[tuple[str, Any]], source: Any = None, hooks: bool = False):
+    def __init__(
+        self,
+        named: list[tuple[str, Any]],
+        source: Any = None,
+        hooks: bool = False,
+        settings: torch.nn.Module | None = None,
+    ):
         """`named`: (what the line calls it, the object); `source`: what they were found in
-        (the model's layers); `hooks`: torch's global hooks too."""
+        (the model's layers); `hooks`: torch's global hooks too; `settings`: the model whose
+        buffers, layers' `training` and parameters' `requires_grad` are held as the phase
+        set them (`_hold_settings`)."""
         self.named, self.source = named, source
+        # (what the line calls it, the dict, the key, the value held), by `_same_held`.
+        self.entries_held: list[tuple[str, dict, str, Any]] = []
+        # (what the line calls it, a list or a dict's values, its members held), by identity.
+        self.members_held: list[tuple[str, Any, list[Any]]] = []
+        for name, value in named:
+            self._hold_entries(name, value)
+        self._hold_settings(settings)
         self.values = [value for _, value in named]
         self.kinds = list(map(type, self.values))
         # Per object: {name: value} of its attributes that hide its class's, as held.
@@ -3338,13 +3369,81 @@ class ObjectsHeld:
             for module, key, _ in (_GLOBAL_HOOKS if hooks else ())
             if isinstance(getattr(module, key), dict)
         ]
+        self.entry_dicts = [space for _, space, _, _ in self.entries_held]
+        self.entry_keys = [key for _, _, key, _ in self.entries_held]
+        self.entry_values = [value for _, _, _, value in self.entries_held]
+        self.containers = [members for _, members, _ in self.members_held]
+        self.container_lengths = [len(members) for _, _, members in self.members_held]
+        self.members = [value for _, _, members in self.members_held for value in members]
         self.found()
+
+    def _hold_entries(self, name: str, value: Any) -> None:
+        """Hold an optimizer's groups (their number and each one's params, by identity, every
+        other key but "lr") and its defaults, state and param_groups attributes; and every
+        instance attribute of an object of pipeplan's own (its loss function: StepMean), but
+        those it sets each step (`_SET_EACH_STEP`). Found by the sixty-seventh round: a
+        `__getitem__` that set `maximize` on each of the AdamW's groups trained by gradient
+        ascent, or replaced StepMean's `loss_sum` trained nothing, exit 0."""
+        space = vars(value) if isinstance(getattr(value, "__dict__", None), dict) else {}
+        if isinstance(value, torch.optim.Optimizer):
+            for key in ("param_groups", "defaults", "state"):
+                self.entries_held.append((f"{name}.{key}", space, key, space.get(key)))
+            self.members_held.append((f"{name}.param_groups", value.param_groups, []))
+            for index, group in enumerate(value.param_groups):
+                self.members_held[-1][2].append(group)
+                label = f"{name}.param_groups[{index}]"
+                self.members_held.append((f"{label}['params']", group["params"], []))
+                self.members_held[-1][2].extend(group["params"])
+                self.members_held.append((f"{label}'s keys", group.keys(), list(group.keys())))
+                self._hold_dict(label, group)
+            self.members_held.append((f"{name}.defaults", value.defaults.keys(), []))
+            self.members_held[-1][2].extend(value.defaults.keys())
+            self._hold_dict(f"{name}.defaults", value.defaults)
+        elif (
+            type(value).__module__.partition(".")[0] in RANK_PACKAGES
+            and not isinstance(value, torch.nn.Module)
+            and space
+        ):
+            self.members_held.append((f"{name}'s attributes", space.keys(), list(space)))
+            self._hold_dict(name, space, ".")
+
+    def _hold_dict(self, name: str, space: dict, dot: str = "") -> None:
+        """Hold each entry of `space` but those pipeplan sets each step (`_SET_EACH_STEP`)."""
+        for key, got in space.items():
+            if key not in _SET_EACH_STEP:
+                label = f"{name}{dot}{key}" if dot else f"{name}[{key!r}]"
+                self.entries_held.append((label, space, key, got))
+
+    def _hold_settings(self, model: torch.nn.Module | None) -> None:
+        """Hold, as the phase set them, `model`'s buffers (each module's table's entries),
+        each of its modules' `training` (only frozen layers run in eval mode, but where
+        pipeplan evaluates: `hold_rank_modes`) and each parameter's `requires_grad`. Found
+        by the sixty-seventh round: a `__getitem__` that replaced BERT's position_ids
+        buffer, called `.eval()` on each BertLayer (no dropout) or `requires_grad_(False)` on
+        each parameter trained otherwise than asked, exit 0 (the last, with its untrained
+        model written)."""
+        modules = list(model.named_modules()) if model is not None else []
+        for key, module in modules:
+            table = vars(module)["_buffers"]
+            label = f"the model's layers.{key}".rstrip(".")
+            self.entries_held.append((f"{label}'s buffers", vars(module), "_buffers", table))
+            self.members_held.append((f"{label}'s buffers", table.values(), list(table.values())))
+        self.mode_names = [f"the model's layers.{key}".rstrip(".") for key, _ in modules]
+        self.mode_spaces = [vars(module) for _, module in modules]
+        self.params = list(model.named_parameters()) if model is not None else []
+        self.param_values = [param for _, param in self.params]
+        self.hold_modes()
+        self.grads = list(map(_REQUIRES_GRAD, self.param_values))
+
+    def hold_modes(self) -> None:
+        """Take each module's `training` anew, as pipeplan switched them (to evaluate)."""
+        self.modes = list(map(_TRAINING, self.mode_spaces))
 
     def found(self) -> None:
         """What `as_found` compares next, as it is now: each object's instance dict's length
         (an attribute added) and its entries that hide its class's, are hook dicts or tables
-        (not the rest: a layer's `training`, the stage's spans of each step), and those hook
-        dicts' and tables' entries."""
+        (not the rest: the stage's spans of each step; `_hold_entries`' and `_hold_settings`'
+        are compared as held), and those hook dicts' and tables' entries."""
         spaces = [
             vars(value)
             for value in self.values
@@ -3388,6 +3487,13 @@ class ObjectsHeld:
             )
             and list(map(len, self.views)) == self.lengths
             and all(map(operator.is_, itertools.chain.from_iterable(self.full), self.objects))
+            and all(
+                map(_same_held, map(dict.get, self.entry_dicts, self.entry_keys), self.entry_values)
+            )
+            and list(map(len, self.containers)) == self.container_lengths
+            and all(map(operator.is_, itertools.chain.from_iterable(self.containers), self.members))
+            and list(map(_TRAINING, self.mode_spaces)) == self.modes
+            and list(map(_REQUIRES_GRAD, self.param_values)) == self.grads
         )
 
     def changes(self) -> list[str]:
@@ -3416,7 +3522,31 @@ class ObjectsHeld:
             now = _their_hooks(getattr(module, key, None))
             if len(now) != len(held) or not all(map(operator.is_, now, held)):
                 changed.append(f"{module.__name__}.{key}")
+        changed += [
+            name
+            for name, space, key, value in self.entries_held
+            if key not in space or not _same_held(space[key], value)
+        ]
+        changed += [
+            name
+            for name, members, held in self.members_held
+            if len(members) != len(held) or not all(map(operator.is_, members, held))
+        ]
+        changed += [
+            f"{name}.training"
+            for name, space, mode in zip(self.mode_names, self.mode_spaces, self.modes, strict=True)
+            if space.get("training") != mode
+        ]
+        changed += [
+            f"the model's layers.{name}.requires_grad"
+            for (name, param), grad in zip(self.params, self.grads, strict=True)
+            if param.requires_grad != grad
+        ]
         return changed
+
+
+_TRAINING = operator.itemgetter("training")
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
 
 
 def hold_rank_objects(held: RankHeld, model: torch.nn.Module, *phase: Any) -> None:
@@ -3430,7 +3560,7 @@ def hold_rank_objects(held: RankHeld, model: torch.nn.Module, *phase: Any) -> No
     each BertLayer's output trained nothing, exit 0.
 
         hold_rank_objects(held, seq.layers)                                     # once built
-        hold_rank_objects(held, seq.layers, runtime.module, runtime.optimizer)  # each phase
+        hold_rank_objects(held, seq.layers, runtime.module, runtime.optimizer, loss)  # a phase
     """
     if not held.own or held.own[0].source is not model:
         named = [
@@ -3442,13 +3572,26 @@ def hold_rank_objects(held: RankHeld, model: torch.nn.Module, *phase: Any) -> No
         (
             "this rank's stage"
             if isinstance(value, torch.nn.Module)
-            else f"this rank's optimizer ({type(value).__name__})",
+            else f"this rank's optimizer ({type(value).__name__})"
+            if isinstance(value, torch.optim.Optimizer)
+            else f"this rank's loss function ({type(value).__name__})",
             value,
         )
         for value in phase
         if value is not None
     ]
-    held.own[1:] = [ObjectsHeld(named)] if named else []
+    held.own[1:] = [ObjectsHeld(named, settings=model)] if named else []
+
+
+def hold_rank_modes(held: RankHeld) -> None:
+    """Take the `training` of the rank's modules anew where pipeplan switches its stage to
+    evaluate and back (`hold_rank_objects` held them as the phase set them).
+
+        runtime.module.train(False)
+        hold_rank_modes(held)
+    """
+    for objects in held.own[1:]:
+        objects.hold_modes()
 
 
 def check_rank_held(spec: str, held: RankHeld, when: str, read: bool = False) -> None:
@@ -3470,8 +3613,8 @@ def check_rank_held(spec: str, held: RankHeld, when: str, read: bool = False) ->
         "code must leave pipeplan's modules and tables, torch's layers, functions and "
         "pipeline, the model's transformers modules and tables, what builds and saves it, "
         "safetensors, pydantic's BaseModel and json, and the rank's own model and optimizer "
-        "(their classes, methods, layers and hooks) as it found them, as every rank trains "
-        "and writes its records and model with them (patch one only around your own code "
+        "(their classes, methods, layers, hooks and settings) as it found them, as every rank "
+        "trains and writes its records and model with them (patch one only around your own code "
         "that needs it, as `with unittest.mock.patch(...)` does; hook your own modules)"
     )
 

@@ -43,6 +43,7 @@ from executor.data import (
     check_batch_labels,
     check_rank_held,
     descriptor_2_held,
+    hold_rank_modes,
     hold_rank_objects,
     hung_read,
     is_user_code,
@@ -1350,8 +1351,16 @@ class Trainer:
         module and optimizer, as the phase made them (none between two phases)."""
         if self.held is not None:
             runtime = self.runtime
-            phase = (runtime.module, runtime.optimizer) if runtime is not None else ()
+            phase = (
+                (runtime.module, runtime.optimizer, runtime.loss_fn) if runtime is not None else ()
+            )
             hold_rank_objects(self.held, self.seq.layers, *phase)
+
+    def hold_modes(self) -> None:
+        """The stage's layers' `training`, held anew as the rank switches it to evaluate and
+        back (`data.hold_rank_modes`)."""
+        if self.held is not None:
+            hold_rank_modes(self.held)
 
     def check_read(self, split: str) -> None:
         """After each batch of items this rank reads (`pair`, `rows`), before anything
@@ -1625,6 +1634,7 @@ class Trainer:
         mine: list[torch.Tensor] = []  # this replica's batches of indices (none outside it)
         if runtime.topology.active:
             runtime.module.train(False)
+            self.hold_modes()
             indices = torch.arange(self.facts.eval_samples)[runtime.topology.replica :: replicas]
             # Not torch.split: it gives one empty batch of a replica with no sample.
             mine = [indices[start : start + local] for start in range(0, len(indices), local)]
@@ -1642,6 +1652,7 @@ class Trainer:
             del chunk  # the next chunk is read with this one let go
         if runtime.topology.active:
             runtime.module.train(True)
+            self.hold_modes()
         one_sided_done()  # ranks outside the layout wait for the pipeline's
         sums = sums.to(comm_device())
         dist.all_reduce(sums)

@@ -8375,6 +8375,113 @@ def test_a_ranks_own_model_and_optimizer_are_held_to_what_pipeplan_made():
         check_rank_held("m:load", held, when)  # put back: passes again
 
 
+def test_a_ranks_optimizer_groups_buffers_loss_and_modes_are_held_as_the_phase_set_them():
+    """Found by the sixty-seventh round, each by a `__getitem__` that found the rank's objects
+    through `gc`, exit 0: `maximize` set on each of the AdamW's groups trained by gradient
+    ascent; BERT's position_ids buffer replaced, StepMean's `loss_sum` replaced, `.eval()` on
+    each BertLayer or `requires_grad_(False)` on each parameter trained otherwise than asked.
+    The phase's hold now takes its optimizer's groups (all but "lr", which pipeplan sets each
+    step) and defaults, its loss function's attributes (but `scale`, set each step), and
+    the model's buffers, modes and `requires_grad`; pipeplan's own switches are no change."""
+    from executor.data import (
+        BadArgumentError,
+        check_rank_held,
+        hold_rank_modes,
+        hold_rank_objects,
+        rank_held,
+    )
+    from executor.parallel import StepMean
+
+    seq = models.build("bert-synth")
+    layers = seq.layers
+    stage = torch.nn.Sequential(*layers)
+    optimizer = torch.optim.AdamW(layers.parameters())
+    loss = StepMean(seq.loss_sum, seq.targets)
+    buffered = next(m for m in layers.modules() if "position_ids" in m._buffers)
+    where = next(key for key, m in layers.named_modules() if m is buffered)
+    block = next(m for m in layers.modules() if type(m).__name__ == "BertLayer")
+    name = next(key for key, m in layers.named_modules() if m is block)
+    weight_name, weight = next(iter(layers.named_parameters()))
+    held = rank_held(models.model_modules("bert-synth"))
+    hold_rank_objects(held, layers, stage, optimizer, loss)
+    when = "as this rank read a training batch (it is not trained on)"
+    check_rank_held("m:load", held, when)
+    # What pipeplan sets each step, and its switch to evaluate (held anew): no change.
+    optimizer.param_groups[0]["lr"] = 0.5
+    loss.begin(targets=7, micro_batches=2, replicas=1)
+    check_rank_held("m:load", held, when)
+    stage.train(False)
+    hold_rank_modes(held)
+    check_rank_held("m:load", held, when)
+    stage.train(True)
+    hold_rank_modes(held)
+    check_rank_held("m:load", held, when)
+
+    group = optimizer.param_groups[0]
+    position_ids = buffered._buffers["position_ids"]
+    sum_of_loss = loss.loss_sum
+    opt = "this rank's optimizer (AdamW)"
+    cases = [
+        (
+            lambda: group.__setitem__("maximize", True),
+            lambda: group.__setitem__("maximize", False),
+            f"{opt}.param_groups[0]['maximize']",
+        ),
+        (
+            lambda: group.__setitem__("weight_decay", 0.0),
+            lambda: group.__setitem__("weight_decay", 0.01),
+            f"{opt}.param_groups[0]['weight_decay']",
+        ),
+        (
+            lambda: group["params"].pop(),
+            lambda: group["params"].append(layers_last),
+            f"{opt}.param_groups[0]['params']",
+        ),
+        (
+            lambda: optimizer.param_groups.append(dict(group, params=[])),
+            lambda: optimizer.param_groups.pop(),
+            f"{opt}.param_groups",
+        ),
+        (
+            lambda: optimizer.defaults.__setitem__("eps", 1.0),
+            lambda: optimizer.defaults.__setitem__("eps", 1e-8),
+            f"{opt}.defaults['eps']",
+        ),
+        (
+            lambda: buffered._buffers.__setitem__("position_ids", position_ids * 0),
+            lambda: buffered._buffers.__setitem__("position_ids", position_ids),
+            f"the model's layers.{where}'s buffers",
+        ),
+        (
+            lambda: setattr(loss, "loss_sum", lambda logits, labels: (logits * 0).sum()),
+            lambda: setattr(loss, "loss_sum", sum_of_loss),
+            "this rank's loss function (StepMean).loss_sum",
+        ),
+        (
+            lambda: block.eval(),
+            lambda: block.train(),
+            f"the model's layers.{name}.training",
+        ),
+        (
+            lambda: weight.requires_grad_(False),
+            lambda: weight.requires_grad_(True),
+            f"the model's layers.{weight_name}.requires_grad",
+        ),
+    ]
+    layers_last = group["params"][-1]
+    for change, undo, named in cases:
+        change()
+        try:
+            with pytest.raises(BadArgumentError) as caught:
+                check_rank_held("m:load", held, when)
+            said = str(caught.value)
+            assert said.startswith("data 'm:load': its code replaced or changed "), said
+            assert named in said and f"{when}; data code must leave " in said, said
+        finally:
+            undo()
+        check_rank_held("m:load", held, when)  # put back: passes again
+
+
 def test_a_ranks_model_is_held_before_the_data_is_read_against_it(tmp_path):
     """Found by the sixty-sixth round: a rank held its model's objects only after its data
     was checked against it, so a `__getitem__` that hooked each BertLayer (found through `gc`)
