@@ -774,8 +774,9 @@ def restore_replaced(checkpoints: int) -> None:
                 continue
             if named is None:
                 # Whether its remover lives does not matter: a folder so named is never
-                # written again, only removed, and two removals of it end alike.
-                shutil.rmtree(entry, dir_fd=checkpoints, ignore_errors=True)
+                # written again, only removed, and two removals of it end alike. Only one
+                # that holds a removal's mark, or nothing: a user's folder of the name stays.
+                _remove_marked(checkpoints, entry, found_only=True)
                 continue
             # A checkpoint's, holding its manifest: a user's folder of the name is not judged.
             manifest = os.stat(f"{entry}/manifest.json", dir_fd=checkpoints, follow_symlinks=False)
@@ -808,9 +809,50 @@ def remove_checkpoint(checkpoints: int, name: str) -> None:
     """
     removing = f".removing-step-{name.rpartition('step-')[2]}.{owner_tag() or os.getpid()}"
     with suppress(OSError):  # not renamed (a name too long, one in the way): removed as named
+        mark = os.open(f"{name}/{REMOVAL_MARK}", _MARK_FLAGS, 0o600, dir_fd=checkpoints)
+        os.close(mark)
         os.rename(name, removing, src_dir_fd=checkpoints, dst_dir_fd=checkpoints)
         name = removing
-    shutil.rmtree(name, dir_fd=checkpoints, ignore_errors=True)
+    _remove_marked(checkpoints, name)
+
+
+# The file a removal puts in a checkpoint folder before renaming it `REMOVED_CHECKPOINT`, and
+# takes away last, as the folder is empty but for it: a folder of that name that holds neither
+# it nor nothing is a user's (the sixty-seventh round: `pipeplan report` deleted a user's
+# `.removing-step-1.99999/`).
+REMOVAL_MARK = ".pipeplan-removing"
+_MARK_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _remove_marked(checkpoints: int, name: str, found_only: bool = False) -> None:
+    """Remove the folder `name` of the open `checkpoints`, its `REMOVAL_MARK` last (a kill
+    midway leaves it marked); `found_only`: only where it holds the mark or nothing (one
+    `restore_replaced` found). Never raises."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        folder = os.open(name, flags, dir_fd=checkpoints)
+    except OSError:
+        return
+    try:
+        entries = os.listdir(folder)
+        if found_only and entries and REMOVAL_MARK not in entries:
+            return
+        for entry in entries:
+            if entry == REMOVAL_MARK:
+                continue
+            with suppress(OSError):
+                if stat.S_ISDIR(os.stat(entry, dir_fd=folder, follow_symlinks=False).st_mode):
+                    shutil.rmtree(entry, dir_fd=folder, ignore_errors=True)
+                else:
+                    os.unlink(entry, dir_fd=folder)
+        with suppress(OSError):
+            os.unlink(REMOVAL_MARK, dir_fd=folder)
+    except OSError:
+        return
+    finally:
+        os.close(folder)
+    with suppress(OSError):
+        os.rmdir(name, dir_fd=checkpoints)
 
 
 def _writer_gone(checkpoints: int, name: str) -> bool:

@@ -661,6 +661,37 @@ def test_a_kill_as_a_checkpoint_set_aside_is_removed_leaves_what_a_read_removes(
     assert torch.equal(torch.load(step / "model.pt", weights_only=True)["w"], new["model.pt"]["w"])
 
 
+def test_a_users_folder_named_like_a_removal_is_left_by_a_read(tmp_path):
+    """Found by the sixty-seventh round: `pipeplan report` deleted a user's folders named
+    `.removing-step-N.<digits>/` with their files, as any folder of a removal's name was
+    taken for one a killed removal left. A removal now marks its folder before renaming it
+    (`fileio.REMOVAL_MARK`, taken away last): a read removes a folder of the name only where
+    it holds the mark or nothing, and a removal itself leaves nothing."""
+    from pipeplan import fileio
+    from pipeplan.spawn import owner_tag
+
+    points = tmp_path / "checkpoints"
+    users = [".removing-step-1.99999", f".removing-step-2.{owner_tag() or 1}"]
+    left = [".removing-step-3.12", ".removing-step-5.13"]  # what killed removals leave
+    for name in users + left:
+        (points / name).mkdir(parents=True)
+    for name in users:
+        (points / name / "notes.txt").write_text("mine")
+    (points / left[0] / "model.pt").write_text("weights")
+    (points / left[0] / fileio.REMOVAL_MARK).write_text("")
+    (points / "step-4" / "sub").mkdir(parents=True)
+    (points / "step-4" / "manifest.json").write_text("{}")
+    with fileio.reading_run(tmp_path):  # a report's read
+        assert sorted(os.listdir(points)) == sorted(["step-4", *users])
+    folder = os.open(points, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fileio.remove_checkpoint(folder, "step-4")
+    finally:
+        os.close(folder)
+    assert sorted(os.listdir(points)) == sorted(users)
+    assert all((points / name / "notes.txt").read_text() == "mine" for name in users)
+
+
 def test_a_stop_as_a_checkpoint_is_pruned_leaves_what_a_read_removes(tmp_path, monkeypatch):
     """The same class as the kill above: an older checkpoint pruned was removed as it was
     named; a stop or kill in that removal left `step-2/` without its manifest, which nothing
