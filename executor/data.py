@@ -3288,24 +3288,14 @@ def _same_held(now: Any, held: Any) -> bool:
 _TENSOR_HOOKS = ("_backward_hooks", "_post_accumulate_grad_hooks")
 
 
-def _pipeplans_hook(hook: Any) -> bool:
-    """Whether `hook` is a function (or a bound method) of pipeplan's own modules, as
-    `parallel.BackwardClock` registers on each phase's stage and parameters and takes off as
-    the phase ends."""
-    code = getattr(hook, "__func__", hook)
-    space = getattr(code, "__globals__", None)
-    name = space.get("__name__") if isinstance(space, dict) else None
-    return (
-        isinstance(name, str)
-        and name.partition(".")[0] in RANK_PACKAGES
-        and vars(sys.modules.get(name, types)) is space
-    )
-
-
-def _their_hooks(hooks: Any) -> list[Any]:
-    """The hooks of a hook dict (None: none) that are not pipeplan's own (`_pipeplans_hook`)."""
+def _their_hooks(hooks: Any, own: tuple[Any, ...] = ()) -> list[Any]:
+    """The hooks of a hook dict (None: none) but pipeplan's `own`, the very objects it
+    registered (`parallel.BackwardClock.hooks`, on each phase's stage and parameters, taken
+    off as the phase ends). Found by the sixty-seventh round: a hook was taken for pipeplan's
+    by its function's globals, and a user's function given `executor.parallel`'s zeroed each
+    BertLayer's output, exit 0."""
     found = hooks.values() if isinstance(hooks, dict) else ()
-    return [hook for hook in found if not _pipeplans_hook(hook)]
+    return [hook for hook in found if not any(hook is mine for mine in own)]
 
 
 def _shadows(kind: type, key: str, value: Any) -> bool:
@@ -3323,8 +3313,8 @@ class ObjectsHeld:
     and parameters (`_MODULE_TABLES`) by their entries, an optimizer's groups and a loss
     function's attributes (`_hold_entries`), and, from a phase's hold, the model's buffers,
     modes and `requires_grad` (`_hold_settings`); compared by `check_rank_held` with the
-    rest. Hooks of pipeplan's own (`_pipeplans_hook`) come and go with each phase, and
-    are no change."""
+    rest. Hooks of pipeplan's own (`exempt`: the phase's, by identity) come and go with each
+    phase, and are no change."""
 
     def __init__(
         self,
@@ -3332,12 +3322,13 @@ class ObjectsHeld:
         source: Any = None,
         hooks: bool = False,
         settings: torch.nn.Module | None = None,
+        exempt: tuple[Any, ...] = (),
     ):
         """`named`: (what the line calls it, the object); `source`: what they were found in
         (the model's layers); `hooks`: torch's global hooks too; `settings`: the model whose
         buffers, layers' `training` and parameters' `requires_grad` are held as the phase
-        set them (`_hold_settings`)."""
-        self.named, self.source = named, source
+        set them (`_hold_settings`); `exempt`: pipeplan's own hooks (`_their_hooks`)."""
+        self.named, self.source, self.exempt = named, source, exempt
         # (what the line calls it, the dict, the key, the value held), by `_same_held`.
         self.entries_held: list[tuple[str, dict, str, Any]] = []
         # (what the line calls it, a list or a dict's values, its members held), by identity.
@@ -3360,12 +3351,12 @@ class ObjectsHeld:
             if isinstance(value, torch.Tensor):
                 keys = list(_TENSOR_HOOKS)
             for key in keys:
-                self.hooks.append((index, key, _their_hooks(getattr(value, key, None))))
+                self.hooks.append((index, key, _their_hooks(getattr(value, key, None), exempt)))
             for key in _MODULE_TABLES if isinstance(value, torch.nn.Module) else ():
                 table = names[key]
                 self.tables.append((index, key, table, dict(table)))
         self.globals = [
-            (module, key, _their_hooks(getattr(module, key)))
+            (module, key, _their_hooks(getattr(module, key), exempt))
             for module, key, _ in (_GLOBAL_HOOKS if hooks else ())
             if isinstance(getattr(module, key), dict)
         ]
@@ -3511,7 +3502,7 @@ class ObjectsHeld:
             ]
             changed += [f"{name}.{key} (deleted)" for key in hidden.keys() - names.keys()]
         for index, key, held in self.hooks:
-            now = _their_hooks(getattr(self.named[index][1], key, None))
+            now = _their_hooks(getattr(self.named[index][1], key, None), self.exempt)
             if len(now) != len(held) or not all(map(operator.is_, now, held)):
                 changed.append(f"{self.named[index][0]}'s hooks ({key})")
         for index, key, table, entries in self.tables:
@@ -3519,7 +3510,7 @@ class ObjectsHeld:
             if now is not table or not _same_table(now, entries):
                 changed.append(f"{self.named[index][0]}'s {key.strip('_')}")
         for module, key, held in self.globals:
-            now = _their_hooks(getattr(module, key, None))
+            now = _their_hooks(getattr(module, key, None), self.exempt)
             if len(now) != len(held) or not all(map(operator.is_, now, held)):
                 changed.append(f"{module.__name__}.{key}")
         changed += [
@@ -3549,18 +3540,21 @@ _TRAINING = operator.itemgetter("training")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 
 
-def hold_rank_objects(held: RankHeld, model: torch.nn.Module, *phase: Any) -> None:
+def hold_rank_objects(
+    held: RankHeld, model: torch.nn.Module, *phase: Any, hooks: tuple[Any, ...] = ()
+) -> None:
     """Hold, in `held` (`rank_held`), the rank's own objects from now on, as `ObjectsHeld`
     says, compared by `check_rank_held` with the rest: every module and parameter of its
     `model` (the LayerSequence's layers) and torch's global hooks, held as first given; and
-    `phase`'s objects (its stage's module, its optimizer; None where it has none), in place of
-    the last phase's (which go as it ends). Found by the sixty-sixth round: a `__getitem__`
-    that found the rank's AdamW through `gc` and set `step` on the instance, swapped its
-    `__class__` for a subclass whose step does nothing, or registered a forward hook zeroing
-    each BertLayer's output trained nothing, exit 0.
+    `phase`'s objects (its stage's module, its optimizer, its loss function; None where it has
+    none), in place of the last phase's (which go as it ends), with `hooks`, the hooks the
+    phase itself registered (`BackwardClock.hooks`), no change. Found by the sixty-sixth
+    round: a `__getitem__` that found the rank's AdamW through `gc` and set `step` on the
+    instance, swapped its `__class__` for a subclass whose step does nothing, or registered a
+    forward hook zeroing each BertLayer's output trained nothing, exit 0.
 
         hold_rank_objects(held, seq.layers)                                     # once built
-        hold_rank_objects(held, seq.layers, runtime.module, runtime.optimizer, loss)  # a phase
+        hold_rank_objects(held, seq.layers, runtime.module, runtime.optimizer, loss, hooks=…)
     """
     if not held.own or held.own[0].source is not model:
         named = [
@@ -3568,6 +3562,7 @@ def hold_rank_objects(held: RankHeld, model: torch.nn.Module, *phase: Any) -> No
         ]
         named += [(f"the model's layers.{key}", value) for key, value in model.named_parameters()]
         held.own = [ObjectsHeld(named, model, hooks=True)]
+    held.own[0].exempt = hooks
     named = [
         (
             "this rank's stage"
@@ -3580,7 +3575,7 @@ def hold_rank_objects(held: RankHeld, model: torch.nn.Module, *phase: Any) -> No
         for value in phase
         if value is not None
     ]
-    held.own[1:] = [ObjectsHeld(named, settings=model)] if named else []
+    held.own[1:] = [ObjectsHeld(named, settings=model, exempt=hooks)] if named else []
 
 
 def hold_rank_modes(held: RankHeld) -> None:

@@ -150,8 +150,12 @@ class BackwardClock:
         self.clock = clock
         self.spans: list[tuple[Mark, Mark]] = []
         self._mark: Mark | None = None
-        self._handles = [module.register_forward_hook(self._watch_output)]
-        self._handles += [p.register_post_accumulate_grad_hook(self._accumulated) for p in params]
+        # The very objects registered: a rank's check exempts these by identity
+        # (`data.hold_rank_objects`' `hooks`), not a hook that merely looks like pipeplan's.
+        self.hooks = (self._watch_output, self._accumulated)
+        watch, accumulated = self.hooks
+        self._handles = [module.register_forward_hook(watch)]
+        self._handles += [p.register_post_accumulate_grad_hook(accumulated) for p in params]
 
     def _watch_output(self, module: nn.Module, args: Any, output: torch.Tensor) -> None:
         if output.requires_grad:  # not in evaluation (no_grad)

@@ -1351,10 +1351,11 @@ class Trainer:
         module and optimizer, as the phase made them (none between two phases)."""
         if self.held is not None:
             runtime = self.runtime
-            phase = (
-                (runtime.module, runtime.optimizer, runtime.loss_fn) if runtime is not None else ()
-            )
-            hold_rank_objects(self.held, self.seq.layers, *phase)
+            phase, hooks = (), ()
+            if runtime is not None:
+                phase = (runtime.module, runtime.optimizer, runtime.loss_fn)
+                hooks = runtime.backward_clock.hooks if runtime.backward_clock else ()
+            hold_rank_objects(self.held, self.seq.layers, *phase, hooks=hooks)
 
     def hold_modes(self) -> None:
         """The stage's layers' `training`, held anew as the rank switches it to evaluate and

@@ -8291,17 +8291,25 @@ def test_a_ranks_own_model_and_optimizer_are_held_to_what_pipeplan_made():
     name = next(key for key, m in layers.named_modules() if m is block)
     weight_name, weight = next(iter(layers.named_parameters()))
     held = rank_held(models.model_modules("bert-synth"))
-    hold_rank_objects(held, layers, stage, optimizer)
-    when = "as this rank read a training batch (it is not trained on)"
-    check_rank_held("m:load", held, when)  # nothing changed: passes
+    hold_rank_objects(held, layers)  # as built
     # The user's own module hooked, and pipeplan's own hooks on the stage and parameters (as
-    # each phase registers and takes them off): no change.
+    # each phase registers them, then is held, and takes them off): no change.
     own = torch.nn.Linear(2, 2)
     own.register_forward_hook(mine)
     clock = BackwardClock(stage, list(layers.parameters()), Clock(torch.device("cpu")))
-    check_rank_held("m:load", held, when)
+    hold_rank_objects(held, layers, stage, optimizer, hooks=clock.hooks)
+    when = "as this rank read a training batch (it is not trained on)"
+    check_rank_held("m:load", held, when)  # nothing changed: passes
     clock.remove()
     check_rank_held("m:load", held, when)
+    clock = BackwardClock(stage, list(layers.parameters()), Clock(torch.device("cpu")))
+    hold_rank_objects(held, layers, stage, optimizer, hooks=clock.hooks)
+    check_rank_held("m:load", held, when)
+    # A user's hook made to look like pipeplan's (a function given a pipeplan module's
+    # globals, the sixty-seventh round) is not pipeplan's.
+    import executor.parallel as parallel
+
+    masked = types.FunctionType(mine.__code__, vars(parallel), "zero_hook")
 
     class Nothing(torch.optim.AdamW):
         def step(self, closure=None):
@@ -8359,6 +8367,16 @@ def test_a_ranks_own_model_and_optimizer_are_held_to_what_pipeplan_made():
             lambda: torch.nn.modules.module.register_module_forward_hook(mine),
             lambda handle: handle.remove(),
             "torch.nn.modules.module._global_forward_hooks",
+        ),
+        (
+            lambda: block.register_forward_hook(masked),
+            lambda handle: handle.remove(),
+            f"the model's layers.{name}'s hooks (_forward_hooks)",
+        ),
+        (
+            lambda: weight.register_post_accumulate_grad_hook(masked),
+            lambda handle: handle.remove(),
+            f"the model's layers.{weight_name}'s hooks (_post_accumulate_grad_hooks)",
         ),
     ]
     for change, undo, named in cases:
