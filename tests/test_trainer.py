@@ -172,6 +172,7 @@ def _evaluation_of_one_rank(monkeypatch, samples, replicas, replica, ahead_bytes
         data=SimpleNamespace(eval=None),
         pair=lambda dataset, indices: (rows(dataset, indices, 0), rows(dataset, indices, 1)),
         evaluate_batch=evaluate_batch,
+        hold_modes=lambda: None,  # the stage's switch to evaluate, held anew
     )
     fake.eval_rows = partial(Trainer.eval_rows, fake)
     fake.eval_ahead = partial(Trainer.eval_ahead, fake)
