@@ -173,7 +173,8 @@ class BackwardClock:
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
-        self._handles = []
+        # Its bound methods refer to it: dropped, so reference counting alone frees the clock.
+        self._handles, self.hooks = [], ()
 
 
 @dataclass
