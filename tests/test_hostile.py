@@ -2915,6 +2915,11 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
         {**BERT_CONFIG, "label2id": {"X": 0, "Y": 5}},
         "label2id is not the inverse of id2label (none given: LABEL_0..LABEL_1 for 2 labels)",
     ),
+    # Found by the fuzz suite (test_fuzz.py, 2026-12-06): an IndexError, a traceback.
+    "label2id beside an empty id2label": (
+        {**VIT_CONFIG, "id2label": {}, "label2id": {"a": 0}},
+        "label2id is not the inverse of id2label: it gives 'a' id 0; id2label names no ids",
+    ),
     "label2id with an id beyond num_labels": (
         {**BERT_CONFIG, "label2id": {"LABEL_0": 0, "LABEL_1": 5}},
         "label2id is not the inverse of id2label (none given: LABEL_0..LABEL_1 for 2 labels): "
@@ -3069,7 +3074,7 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
 # A run's data sets num_labels, which writes id2label and label2id anew: only profile reads them.
 LABEL_CASES = {"id2label with ids 0 and 5", "label2id contradicting id2label"}
 LABEL_CASES |= {"label2id of other names than the default id2label"}
-LABEL_CASES |= {"label2id with an id beyond num_labels"}
+LABEL_CASES |= {"label2id with an id beyond num_labels", "label2id beside an empty id2label"}
 LABEL_CASES |= {"id2label naming one class twice", "id2label key 01"}
 LABEL_CASES |= {k for k in MODEL_CONFIGS if k.startswith("id2label name")}
 LABEL_CASES |= {"num_labels beside an id2label of another size"}

@@ -617,6 +617,8 @@ def label_map_problem(config: dict[str, Any]) -> str | None:
     for name, i in label2id.items():
         if str(i) not in known:
             gives = f"{not_inverse}: it gives {quoted(name)} id {quoted(i)}"
+            if not ids:  # `"id2label": {}` (found by the fuzz suite: an IndexError)
+                return f"{gives}; id2label names no ids"
             return f"{gives}; the ids are {ids[0]}..{ids[-1]}"
         if names.get(str(name)) != str(i):
             other = _name(id2label, i)
