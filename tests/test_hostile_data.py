@@ -7921,6 +7921,19 @@ def test_a_write_a_data_thread_patches_as_it_runs_is_compared_before_it_is_publi
     assert [path.read_bytes() == before[path] for path in model].count(False) == 1  # weights
 
 
+def _refused_naming(held, when: str, named: str, leave: str = "data code must leave ") -> str:
+    """`check_rank_held`'s one line for a change the rank's holds name, said as the data's:
+    what it names (`named`) and what data code must leave (`leave`); the line, for more."""
+    from executor.data import BadArgumentError, check_rank_held
+
+    with pytest.raises(BadArgumentError) as caught:
+        check_rank_held("m:load", held, when)
+    said = str(caught.value)
+    assert said.startswith("data 'm:load': its code replaced or changed "), said
+    assert named in said and f"{when}; {leave}" in said, said
+    return said
+
+
 @pytest.mark.parametrize(
     "case",
     [
@@ -7954,7 +7967,7 @@ def test_what_a_models_forward_and_its_save_look_up_at_each_call_is_held(case):
     import transformers.modeling_utils as modeling
     from transformers.generation.configuration_utils import GenerationConfig
 
-    from executor.data import BadArgumentError, check_rank_held, rank_held
+    from executor.data import check_rank_held, rank_held
 
     def mine(*args, **kwargs):
         return None
@@ -8012,11 +8025,7 @@ def test_what_a_models_forward_and_its_save_look_up_at_each_call_is_held(case):
         if named is None:
             check_rank_held("m:load", held, when)
         else:
-            with pytest.raises(BadArgumentError) as caught:
-                check_rank_held("m:load", held, when)
-            said = str(caught.value)
-            assert said.startswith("data 'm:load': its code replaced or changed "), said
-            assert named in said and f"{when}; data code must leave pipeplan's" in said, said
+            _refused_naming(held, when, named, "data code must leave pipeplan's")
     finally:
         if old is missing and table:
             del owner[key]
@@ -8060,7 +8069,7 @@ def test_what_only_a_batch_read_held_and_what_a_save_reaches_are_held_to_a_ranks
     import torch.serialization
     import torch.storage
 
-    from executor.data import BadArgumentError, check_rank_held, rank_held
+    from executor.data import check_rank_held, rank_held
 
     def mine(*args, **kwargs):
         return None
@@ -8111,11 +8120,7 @@ def test_what_only_a_batch_read_held_and_what_a_save_reaches_are_held_to_a_ranks
             torch.set_default_dtype(value)
         else:
             setattr(owner, key, value)
-        with pytest.raises(BadArgumentError) as caught:
-            check_rank_held("m:load", held, when)
-        said = str(caught.value)
-        assert said.startswith("data 'm:load': its code replaced or changed "), said
-        assert named in said and f"{when}; data code must leave pipeplan's" in said, said
+        _refused_naming(held, when, named, "data code must leave pipeplan's")
     finally:
         if owner is None:
             torch.set_default_dtype(old)
@@ -8277,7 +8282,7 @@ def test_a_ranks_own_model_and_optimizer_are_held_to_what_pipeplan_made():
     its class's callables, its hooks and a module's sublayers, parameters and buffers; hooks
     on the user's own modules and pipeplan's own hooks are no change."""
     from executor.clock import Clock
-    from executor.data import BadArgumentError, check_rank_held, hold_rank_objects, rank_held
+    from executor.data import check_rank_held, hold_rank_objects, rank_held
     from executor.parallel import BackwardClock
 
     def mine(*args, **kwargs):
@@ -8382,11 +8387,7 @@ def test_a_ranks_own_model_and_optimizer_are_held_to_what_pipeplan_made():
     for change, undo, named in cases:
         done = change()
         try:
-            with pytest.raises(BadArgumentError) as caught:
-                check_rank_held("m:load", held, when)
-            said = str(caught.value)
-            assert said.startswith("data 'm:load': its code replaced or changed "), said
-            assert named in said and f"{when}; data code must leave " in said, said
+            said = _refused_naming(held, when, named)
             assert "the rank's own model and optimizer" in said, said
         finally:
             undo(done)
@@ -8402,7 +8403,6 @@ def test_a_ranks_optimizer_groups_buffers_loss_and_modes_are_held_as_the_phase_s
     step) and defaults, its loss function's attributes (but `scale`, set each step), and
     the model's buffers, modes and `requires_grad`; pipeplan's own switches are no change."""
     from executor.data import (
-        BadArgumentError,
         check_rank_held,
         hold_rank_modes,
         hold_rank_objects,
@@ -8490,11 +8490,7 @@ def test_a_ranks_optimizer_groups_buffers_loss_and_modes_are_held_as_the_phase_s
     for change, undo, named in cases:
         change()
         try:
-            with pytest.raises(BadArgumentError) as caught:
-                check_rank_held("m:load", held, when)
-            said = str(caught.value)
-            assert said.startswith("data 'm:load': its code replaced or changed "), said
-            assert named in said and f"{when}; data code must leave " in said, said
+            _refused_naming(held, when, named)
         finally:
             undo()
         check_rank_held("m:load", held, when)  # put back: passes again
