@@ -1232,23 +1232,27 @@ def test_a_burst_of_stops_is_said_as_the_first_that_arrived():
         "print('after', cli.main(), flush=True)\n"
     )
     for limit in (None, 63):  # the sixty-fifth round: there was no record below 64 open files
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=ROOT,
-            preexec_fn=limit and _open_files_capped(limit),
-        )
+        done = _python_capped(code, limit)
         assert (done.stdout, done.stderr) == ("after 143\n", "pipeplan: stopped by SIGTERM\n")
 
 
-def _open_files_capped(limit: int):
-    """A subprocess's preexec_fn: its open-files limit (`ulimit -n`) set to `limit`."""
+def _python_capped(code: str, limit: int | None) -> subprocess.CompletedProcess:
+    """`python -c code` from the checkout, its open-files limit (`ulimit -n`) set to `limit`
+    where given, its output captured."""
     import resource
 
-    return lambda: resource.setrlimit(
-        resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    def capped() -> None:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        )
+
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        preexec_fn=capped if limit else None,
     )
 
 
@@ -1270,14 +1274,7 @@ def test_a_burst_of_stops_as_the_command_starts_is_said_as_the_first(limit):
         "while time.monotonic() < end:\n"
         "    sum(range(10**7))  # C: the handlers wait for it\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        preexec_fn=limit and _open_files_capped(limit),
-    )
+    done = _python_capped(code, limit)
     assert (done.returncode, done.stderr) == (143, "pipeplan: stopped by SIGTERM\n")
 
 
