@@ -5429,16 +5429,38 @@ def _user_modules(target: str, spec: str) -> dict[str, Path]:
     root = module_root(spec)
     if root is None:
         return {}
-    installed, found = _installed_folders(), {}
+    installed, found, folders = _installed_folders(), {}, {}
+    under_root = os.path.join(str(root), "")  # "/home/me/": how a file under it starts
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
         if not isinstance(file, str) or name in ("__main__", "__mp_main__"):
             continue  # the user's running script is never imported afresh
-        path = Path(file).resolve()
+        real = resolved(file, folders)
+        if name != target and not real.startswith(under_root):
+            continue  # outside the data's folder (torch's, Python's): decided by the text
+        path = Path(real)
         mine = _user_file(path, root, installed, (".py", ".pyc"))
         if name == target or (mine and path.is_file()):
             found[name] = path
     return found
+
+
+def resolved(file: str, folders: dict[str, str]) -> str:
+    """`os.path.realpath(file)`, each folder resolved once per scan (`folders`, filled as it
+    goes): a file that is no link lies where its folder does. A scan of sys.modules resolved
+    every part of some 3,000 paths into Paths, ~0.16 s of CPU each time a data module was
+    loaded (twice per load in the launcher; 0.02 s so, 2026-12-06).
+
+        folders = {}
+        resolved("/venv/lib/torch/nn/functional.py", folders)   # "…/torch/nn/functional.py"
+    """
+    folder, name = os.path.split(file)
+    if name in ("", ".", "..") or os.path.islink(file):
+        return os.path.realpath(file)
+    real = folders.get(folder)
+    if real is None:
+        real = folders[folder] = os.path.realpath(folder)
+    return os.path.join(real, name)
 
 
 def _forget_if_edited(target: str, spec: str) -> None:

@@ -2,6 +2,7 @@
 `module:function` specs load; every mistake is a one-line BadArgumentError."""
 
 import importlib.util
+import os
 import sys
 import textwrap
 from types import SimpleNamespace
@@ -533,3 +534,30 @@ def test_the_task_read_from_an_item_names_an_input_that_is_no_tensor(sample, sai
 
 def test_errors_are_pipeplan_errors():
     assert issubclass(BadArgumentError, PipeplanError)
+
+
+def test_a_scans_resolution_of_a_module_file_is_realpaths(tmp_path, monkeypatch):
+    """`resolved` (each folder resolved once per scan of sys.modules) gives what
+    os.path.realpath gives, through a linked folder, a linked file, a link to a link, a
+    relative path and a file that is not there, with the folders' answers shared."""
+    real = tmp_path / "real"
+    (real / "pkg").mkdir(parents=True)
+    (real / "pkg" / "mod.py").write_text("")
+    (tmp_path / "other.py").write_text("")
+    (tmp_path / "via").symlink_to(real)
+    (real / "pkg" / "linked.py").symlink_to(tmp_path / "other.py")
+    (real / "pkg" / "twice.py").symlink_to(real / "pkg" / "linked.py")
+    monkeypatch.chdir(tmp_path)
+    files = [
+        str(tmp_path / "via" / "pkg" / "mod.py"),
+        str(tmp_path / "via" / "pkg" / "linked.py"),
+        str(tmp_path / "via" / "pkg" / "twice.py"),
+        str(tmp_path / "via" / "pkg" / "gone.py"),
+        "via/pkg/mod.py",
+        str(tmp_path / "via" / "pkg" / ".."),
+        str(tmp_path / "via" / "pkg") + "/",
+    ]
+    folders: dict[str, str] = {}
+    for file in files * 2:  # the second pass reads the folders found by the first
+        assert D.resolved(file, folders) == os.path.realpath(file), file
+    assert folders[str(tmp_path / "via" / "pkg")] == str(real / "pkg")
