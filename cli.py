@@ -15,6 +15,7 @@ from pipeplan.startup import (  # isort: skip
 
 import _thread
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -1066,10 +1067,17 @@ def _install(handlers: dict) -> dict | None:
     return {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
 
 
+@functools.cache
+def _click_command() -> Any:
+    """The app as click's command, built once per process: typer reads every command's
+    signature to build it (~6 ms a call), and the commands are fixed at import."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors become one line on stderr and exit code 2; Ctrl-C is
     `pipeplan: interrupted` and exit code 130."""
-    command = typer.main.get_command(app)
+    command = _click_command()
     given = sys.argv[1:] if argv is None else list(argv)
     args = _hoist_debug(given)
     handlers = dict.fromkeys((signal.SIGINT, *STOP_SIGNALS), _stop)
