@@ -119,7 +119,9 @@ def importing(frame: Any) -> bool:
 # descriptor is set (an embedding program's, asyncio's: not ours to replace): number order.
 # The kernel hands over stops pending together by their numbers too (their handlers nest, the
 # highest-numbered running first): the record is arrival order as the process takes them,
-# which a burst that reaches it all at once (asleep in a system call) may not be.
+# which a burst that reaches it all at once (asleep in a system call) may not be, nor one sent
+# back to back: the next stop's interrupt can land inside the last one's C-level handler
+# before that handler wrote its number, and the next one's handler then runs first.
 _arrivals: list[int] = []  # the record's descriptor, once `watch_arrivals` has made it
 ARRIVALS_MIN_OPEN_FILES = 16
 
@@ -187,6 +189,11 @@ def first_arrived(signum: int) -> int:
 
 
 def _end(signum: int, frame: object) -> None:
+    # The stops held from here: one landing after the record was read ran this handler again
+    # inside it, which read the record's rest (the later stop) and said that (a burst of
+    # SIGTERM, SIGINT, SIGHUP said as "interrupted" about one time in eight). One that landed
+    # before runs at the check that follows this call, and reads the record whole.
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
     signum = first_arrived(signum)
     said = "interrupted" if signum == signal.SIGINT else stopped_by(signum)
     os.write(2, f"pipeplan: {said}\n".encode())
