@@ -1381,15 +1381,27 @@ def stoppable() -> Iterator[None]:
 START_STOPS = STOP_SIGNALS
 
 
+# The least a rank of `pipeplan run` waits for the others to start: a rank's start (its
+# imports, a GPU's set-up) takes seconds, a minute under heavy load, and may outlast a short
+# --collective-timeout. One that never arrives, alive (a library's start-up hung under `ulimit
+# -v`), held the others 24 h before (the sixty-sixth round's notes).
+START_FLOOR_S = 600.0
+
+
 def start_wait(cfg: RunConfig) -> StartWait:
-    """How long this rank waits for the others to start. Under `pipeplan run` as long as
-    one-sided work (its ranks start together, and its agent stops them all if one fails to),
-    in silence; under torchrun (or any launcher) the run's --collective-timeout, said once
-    when it waits: a node started late or never, whose rank no agent here watches."""
-    from executor.worker import ONE_SIDED_TIMEOUT_S, StartWait
+    """How long this rank waits for the others to start, in silence under `pipeplan run`
+    (its ranks start together, and its agent stops them all if one fails to): the run's
+    --collective-timeout, START_FLOOR_S at least; under torchrun (or any launcher) the
+    --collective-timeout, said once when it waits: a node started late or never, whose rank
+    no agent here watches. Either way the one that gives up names the ranks that never came.
+
+        start_wait(cfg)   # --collective-timeout 5 under `pipeplan run`: StartWait(600.0, …)
+    """
+    from executor.worker import StartWait
 
     if under_pipeplan_run():
-        return StartWait(ONE_SIDED_TIMEOUT_S)
+        limit = max(cfg.collective_timeout_s, START_FLOOR_S)
+        return StartWait(limit, "a rank's start under `pipeplan run`")
     return StartWait(cfg.collective_timeout_s, "the run's --collective-timeout", say=True)
 
 

@@ -112,6 +112,25 @@ def _ignore_hangup_and_interrupt() -> None:  # as `nohup` (SIGHUP) and a backgro
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def test_a_ranks_start_wait_is_bounded_under_either_launcher(monkeypatch):
+    """A rank of `pipeplan run` waited 24 h for one that never arrived alive (the sixty-sixth
+    round's notes); now the run's --collective-timeout, START_FLOOR_S at least, as a rank's
+    start may outlast a short timeout; under torchrun the --collective-timeout, said."""
+    from executor import launch
+    from executor.launch import LAUNCHER_PID, START_FLOOR_S, start_wait
+    from pipeplan.formats import RunConfig
+
+    assert START_FLOOR_S == 600.0
+    short, long_ = (RunConfig(model="vit-digits", collective_timeout_s=t) for t in (5.0, 1800.0))
+    monkeypatch.setenv(LAUNCHER_PID, str(os.getppid()))
+    assert launch.under_pipeplan_run()
+    assert [start_wait(c).limit_s for c in (short, long_)] == [START_FLOOR_S, 1800.0]
+    assert not start_wait(short).say
+    monkeypatch.delenv(LAUNCHER_PID)
+    assert [start_wait(c).limit_s for c in (short, long_)] == [5.0, 1800.0]
+    assert start_wait(short).say and "--collective-timeout" in start_wait(short).limit()
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
 def test_a_run_started_with_sighup_and_sigint_ignored_trains_through_them(tmp_path):
