@@ -5359,7 +5359,7 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
     files = set()
     before = _BROUGHT_IN.get(main)
     seen = set() if seen is None else seen
-    root, installed = module_root(spec), _installed_folders()
+    root, installed, folders = module_root(spec), _installed_folders(), {}
     for name in [] if before is None else [n for n in list(sys.modules) if n not in before]:
         if name in seen:
             continue
@@ -5367,10 +5367,13 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
         if name.partition(".")[0] in OWN_PACKAGES:  # never the user's (`_append_data_directory`)
             continue
         file = getattr(sys.modules.get(name), "__file__", None)
-        if not isinstance(file, str) or not file.endswith(".py"):  # resolved: a link's target
+        if not isinstance(file, str) or not file.endswith(".py"):
             continue
-        path = Path(file).resolve()
-        if path != main and path.is_file() and _user_file(path, root, installed):
+        where = located(file, folders)
+        if where is None:
+            continue
+        path = Path(where[1])  # resolved: a link's target is what data.json records
+        if path != main and _is_file(path) and _users_module(*where, root, installed, (".py",)):
             files.add(path)
     return sorted(files)
 
@@ -5435,32 +5438,66 @@ def _user_modules(target: str, spec: str) -> dict[str, Path]:
         file = getattr(module, "__file__", None)
         if not isinstance(file, str) or name in ("__main__", "__mp_main__"):
             continue  # the user's running script is never imported afresh
-        real = resolved(file, folders)
-        if name != target and not real.startswith(under_root):
+        where = located(file, folders)
+        if where is None or (name != target and not any(map(_starts(under_root), where))):
             continue  # outside the data's folder (torch's, Python's): decided by the text
-        path = Path(real)
-        mine = _user_file(path, root, installed, (".py", ".pyc"))
-        if name == target or (mine and path.is_file()):
+        path = Path(where[1])
+        mine = _users_module(*where, root, installed, (".py", ".pyc"))
+        if name == target or (mine and _is_file(path)):
             found[name] = path
     return found
 
 
-def resolved(file: str, folders: dict[str, str]) -> str:
-    """`os.path.realpath(file)`, each folder resolved once per scan (`folders`, filled as it
-    goes): a file that is no link lies where its folder does. A scan of sys.modules resolved
-    every part of some 3,000 paths into Paths, ~0.16 s of CPU each time a data module was
-    loaded (twice per load in the launcher; 0.02 s so, 2026-12-06).
+def _starts(prefix: str) -> Callable[[str], bool]:
+    """`_starts("/home/me/")("/home/me/a.py")` → True: `str.startswith` for a `map`."""
+    return operator.methodcaller("startswith", prefix)
 
-        folders = {}
-        resolved("/venv/lib/torch/nn/functional.py", folders)   # "…/torch/nn/functional.py"
+
+def located(file: str, folders: dict[str, str]) -> tuple[str, str] | None:
+    """A module's `file` as imported (absolute, nothing resolved) and the file it resolves to
+    (`os.path.realpath`), each folder resolved once per scan (`folders`, filled as it goes):
+    a file that is no link lies where its folder does. None for a path no file can have (a
+    NUL in it). A scan of sys.modules resolved every part of some 3,000 paths into Paths,
+    ~0.16 s of CPU each time a data module was loaded (twice per load in the launcher; 0.03 s
+    so, 2026-12-06).
+
+        located("/home/me/helper.py", {})   # ("/home/me/helper.py", "/shared/helper.py"), a link
     """
+    if "\x00" in file:  # the sixty-eighth round: a traceback of the scan
+        return None
     folder, name = os.path.split(file)
     if name in ("", ".", "..") or os.path.islink(file):
-        return os.path.realpath(file)
+        return os.path.abspath(file), os.path.realpath(file)
     real = folders.get(folder)
     if real is None:
         real = folders[folder] = os.path.realpath(folder)
-    return os.path.join(real, name)
+    return os.path.abspath(file), os.path.join(real, name)
+
+
+def _users_module(
+    imported: str, real: str, root: Path, installed: list[Path], suffixes: tuple[str, ...]
+) -> bool:
+    """Whether a module's file (`located`) is the user's: `_user_file` where it resolves, or
+    where it was imported from in the data's folder while it resolves to no installed code
+    (a link there, to a helper or a package kept elsewhere, is the user's: edited, it was not
+    imported again by the next API call, and data.json did not record it, the sixty-eighth
+    round)."""
+    if _user_file(Path(real), root, installed, suffixes):
+        return True
+    return (
+        imported != real
+        and _user_file(Path(imported), root, installed, suffixes)
+        and not any(Path(real).is_relative_to(folder) for folder in installed)
+    )
+
+
+def _is_file(path: Path) -> bool:
+    """`path.is_file()`, False where the name cannot be looked up at all (too long: ENAMETOOLONG
+    refused a run over a module that no flag names, the sixty-eighth round)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _forget_if_edited(target: str, spec: str) -> None:
@@ -5473,9 +5510,10 @@ def _forget_if_edited(target: str, spec: str) -> None:
     if files is None:
         return
     now = {
-        name: file_state(Path(file).resolve())
+        name: file_state(Path(where[1]))
         for name in files
         if isinstance(file := getattr(sys.modules.get(name), "__file__", None), str)
+        and (where := located(file, {})) is not None
     }
     # Of those that came in since, the ones whose file was written since the record: the
     # user's program's own modules of that folder stay as they are, unedited.

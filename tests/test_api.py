@@ -824,6 +824,82 @@ def test_a_data_helper_edited_between_calls_is_imported_again(tmp_path, monkeypa
     assert said() == "second"
 
 
+@pytest.mark.parametrize("link", ["a linked file", "a linked package folder"])
+def test_a_data_helper_linked_from_elsewhere_edited_between_calls_is_imported_again(
+    tmp_path, monkeypatch, link
+):
+    """Found by the sixty-eighth round: a helper in the data's folder that is a link to a file
+    (or a package folder) kept elsewhere was taken for someone else's module, by where it
+    resolves, and an edit of it between two calls was not imported again (the launcher old,
+    the ranks new). Where it was imported from, the data's folder, makes it the user's."""
+    import os
+
+    data, shared = tmp_path / "data", tmp_path / "shared"
+    data.mkdir()
+    (shared / "pkg").mkdir(parents=True)
+    (shared / "pkg" / "__init__.py").write_text("")
+    target = shared / "pkg" / "helper.py" if "package" in link else shared / "helper.py"
+    target.write_text("WORD = 'first'\n")
+    if "package" in link:
+        (data / "rt68_lib").symlink_to(shared / "pkg")
+        module = "rt68_lib.helper"
+    else:
+        (data / "rt68_helper.py").symlink_to(target)
+        module = "rt68_helper"
+    loader = f"def load(seed=0):\n    import {module} as h\n    raise ValueError(h.WORD)\n"
+    name = f"rt68_linked_{abs(hash(link)) % 10**6}"
+    (data / f"{name}.py").write_text(loader)
+    monkeypatch.syspath_prepend(str(data))
+    monkeypatch.chdir(tmp_path)
+    for gone in ("rt68_helper", "rt68_lib", "rt68_lib.helper"):
+        monkeypatch.delitem(sys.modules, gone, raising=False)
+    options = dict(model="vit-digits", data=f"{name}:load", nproc=1, name="e")
+
+    def said() -> str:
+        with pytest.raises(PipeplanError) as refused:
+            pipeplan.run(runs_dir=tmp_path / "runs", **options)
+        return str(refused.value).rpartition(": ")[2]
+
+    assert said() == "first"
+    kept = sys.modules[module]
+    assert said() == "first" and sys.modules[module] is kept  # unedited: not imported again
+    target.write_text("WORD = 'second'\n")
+    stat = target.stat()  # a later mtime, however fast the edit
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert said() == "second"
+
+
+def test_modules_of_unreadable_file_names_leave_the_scan_of_the_users_modules_alone(
+    tmp_path, monkeypatch
+):
+    """Found by the sixty-eighth round: a module in sys.modules whose `__file__` holds a NUL
+    gave a traceback of the scan for the user's modules (exit 1), and one whose name is too
+    long for the system (a part of 300 characters) refused the run naming that file, though
+    no flag names it. Neither is a file of the user's: the data's own error is the line."""
+    loader = (
+        "import sys, types\n"
+        "def load(seed=0):\n"
+        "    for name, file in [('rt68_nul', '/tmp/we\\x00ird.py'),\n"
+        "                       ('rt68_nul_dir', '/tmp/d\\x00x/weird.py'),\n"
+        "                       ('rt68_long', __file__[:-3] + 'x' * 300 + '.py')]:\n"
+        "        module = types.ModuleType(name)\n"
+        "        module.__file__ = file\n"
+        "        sys.modules[name] = module\n"
+        "    raise ValueError('loaded')\n"
+    )
+    (tmp_path / "rt68_odd.py").write_text(loader)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    for name in ("rt68_nul", "rt68_nul_dir", "rt68_long"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    for _ in range(2):  # the second call scans them as the record of the first
+        with pytest.raises(PipeplanError) as refused:
+            pipeplan.run(runs_dir=tmp_path / "runs", model="vit-digits", data="rt68_odd:load")
+        assert str(refused.value) == "data 'rt68_odd:load' raised ValueError: loaded"
+    for name in ("rt68_nul", "rt68_nul_dir", "rt68_long"):
+        sys.modules.pop(name, None)
+
+
 @pytest.mark.parametrize("form", ["imported as items are read", "a sourceless .pyc"])
 def test_a_lazy_or_sourceless_data_helper_edited_between_calls_is_imported_again(
     tmp_path, monkeypatch, form

@@ -536,10 +536,11 @@ def test_errors_are_pipeplan_errors():
     assert issubclass(BadArgumentError, PipeplanError)
 
 
-def test_a_scans_resolution_of_a_module_file_is_realpaths(tmp_path, monkeypatch):
-    """`resolved` (each folder resolved once per scan of sys.modules) gives what
-    os.path.realpath gives, through a linked folder, a linked file, a link to a link, a
-    relative path and a file that is not there, with the folders' answers shared."""
+def test_a_scans_location_of_a_module_file_is_its_path_and_its_realpath(tmp_path, monkeypatch):
+    """`located` (each folder resolved once per scan of sys.modules) gives the file as
+    imported and what os.path.realpath gives, through a linked folder, a linked file, a link
+    to a link, a relative path and a file that is not there, with the folders' answers
+    shared; None for a path with a NUL (a traceback of the scan, the sixty-eighth round)."""
     real = tmp_path / "real"
     (real / "pkg").mkdir(parents=True)
     (real / "pkg" / "mod.py").write_text("")
@@ -559,5 +560,7 @@ def test_a_scans_resolution_of_a_module_file_is_realpaths(tmp_path, monkeypatch)
     ]
     folders: dict[str, str] = {}
     for file in files * 2:  # the second pass reads the folders found by the first
-        assert D.resolved(file, folders) == os.path.realpath(file), file
+        assert D.located(file, folders) == (os.path.abspath(file), os.path.realpath(file)), file
     assert folders[str(tmp_path / "via" / "pkg")] == str(real / "pkg")
+    assert D.located("/tmp/we\x00ird.py", {}) is None
+    assert D.located("/tmp/d\x00x/weird.py", {}) is None
