@@ -5372,8 +5372,8 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
         where = located(file, folders)
         if where is None:
             continue
-        path = Path(where[1])  # resolved: a link's target is what data.json records
-        if path != main and _is_file(path) and _users_module(*where, root, installed, (".py",)):
+        path = _recorded_file(*where, root, installed, (".py",))
+        if path is not None and path != main and _is_file(path):
             files.add(path)
     return sorted(files)
 
@@ -5441,10 +5441,11 @@ def _user_modules(target: str, spec: str) -> dict[str, Path]:
         where = located(file, folders)
         if where is None or (name != target and not any(map(_starts(under_root), where))):
             continue  # outside the data's folder (torch's, Python's): decided by the text
-        path = Path(where[1])
-        mine = _users_module(*where, root, installed, (".py", ".pyc"))
-        if name == target or (mine and _is_file(path)):
-            found[name] = path
+        mine = _recorded_file(*where, root, installed, (".py", ".pyc"))
+        if mine is not None and _is_file(mine):
+            found[name] = mine
+        elif name == target:
+            found[name] = Path(where[1])
     return found
 
 
@@ -5474,21 +5475,24 @@ def located(file: str, folders: dict[str, str]) -> tuple[str, str] | None:
     return os.path.abspath(file), os.path.join(real, name)
 
 
-def _users_module(
+def _recorded_file(
     imported: str, real: str, root: Path, installed: list[Path], suffixes: tuple[str, ...]
-) -> bool:
-    """Whether a module's file (`located`) is the user's: `_user_file` where it resolves, or
-    where it was imported from in the data's folder while it resolves to no installed code
-    (a link there, to a helper or a package kept elsewhere, is the user's: edited, it was not
-    imported again by the next API call, and data.json did not record it, the sixty-eighth
-    round)."""
+) -> Path | None:
+    """A module's file (`located`) if it is the user's, as recorded: where it resolves, if
+    `_user_file` there; else where it was imported from, if that is in the data's folder and
+    it resolves to no installed code (a link there, to a helper or a package kept elsewhere,
+    is the user's: edited, it was not imported again by the next API call, nor recorded in
+    data.json, the sixty-eighth round; recorded by its place, which a resume finds in the
+    data's folder, and read through the link). None where it is not the user's."""
     if _user_file(Path(real), root, installed, suffixes):
-        return True
-    return (
+        return Path(real)
+    if (
         imported != real
         and _user_file(Path(imported), root, installed, suffixes)
         and not any(Path(real).is_relative_to(folder) for folder in installed)
-    )
+    ):
+        return Path(imported)
+    return None
 
 
 def _is_file(path: Path) -> bool:

@@ -5,6 +5,7 @@ import importlib.util
 import os
 import sys
 import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -564,3 +565,37 @@ def test_a_scans_location_of_a_module_file_is_its_path_and_its_realpath(tmp_path
     assert folders[str(tmp_path / "via" / "pkg")] == str(real / "pkg")
     assert D.located("/tmp/we\x00ird.py", {}) is None
     assert D.located("/tmp/d\x00x/weird.py", {}) is None
+
+
+def test_helpers_linked_into_the_datas_folder_are_recorded_by_their_place(tmp_path, monkeypatch):
+    """Found by the sixty-eighth round: a helper module (or package) in the data's folder that
+    is a link to files kept elsewhere was left out of data.json, so a resume after its edit
+    was not refused; recorded by the target's path, a run then refused its own data.json. The
+    record is the place in the data's folder (read through the link, the sha256 the
+    target's); a link there into installed code stays out."""
+    data, shared = tmp_path / "data", tmp_path / "shared"
+    (shared / "pkg").mkdir(parents=True)
+    data.mkdir()
+    (shared / "helper.py").write_text("V = 1\n")
+    (shared / "pkg" / "__init__.py").write_text("")
+    (shared / "pkg" / "h2.py").write_text("W = 2\n")
+    (data / "rt68_helper.py").symlink_to(shared / "helper.py")
+    (data / "rt68_lib").symlink_to(shared / "pkg")
+    (data / "rt68_np.py").symlink_to(Path(np.__file__).parent / "version.py")  # installed
+    (data / "rt68_rec.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import TensorDataset\n"
+        "def load(seed=0):\n"
+        "    import rt68_helper, rt68_lib.h2, rt68_np\n"
+        "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
+        "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+    )
+    monkeypatch.syspath_prepend(str(data))
+    for name in ("rt68_rec", "rt68_helper", "rt68_lib", "rt68_lib.h2", "rt68_np"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    D._load_user("rt68_rec:load", 0)
+    assert D.helper_files("rt68_rec:load") == [
+        data / "rt68_helper.py",
+        data / "rt68_lib" / "__init__.py",
+        data / "rt68_lib" / "h2.py",
+    ]
