@@ -2116,6 +2116,29 @@ def test_a_plan_for_another_training_set_is_refused(tmp_path, capsys, samples):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_plan_s_global_batch_beyond_the_data_is_re_planned_in_one_go(tmp_path, capsys):
+    """Found by the sixty-eighth round: `run --plan` of a plan for global batch 2048 on data of
+    fewer samples said "--global-batch 2048 is larger than the 1438 training samples", a flag
+    never given (the plan's value), and giving another was refused as not the plan's. The
+    line names the plan's field and both flags to re-plan with; following it runs."""
+    plan, runs = tmp_path / "plan.json", ["--runs-dir", str(tmp_path / "runs")]
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu"))]
+    argv += ["--devices-per-node", "2", "--epochs", "2"]
+    assert cli.main([*argv, "--samples", "50000", "--global-batch", "2048", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    run = ["run", "--model", "vit-digits", "--plan", str(plan), "--prepare-only", *runs]
+    said = (
+        f"{plan}: the plan is for global batch 2048 (inputs.global_batch), larger than the 1438 "
+        "training samples of data 'digits'; re-plan with --samples 1438 and a --global-batch "
+        "of at most 1438"
+    )
+    refused([*run, "--name", "p"], tmp_path, capsys, said)
+    assert not (tmp_path / "runs").exists()
+    again = ["--samples", "1438", "--global-batch", "1438", "-o", str(plan)]
+    assert cli.main([*argv, *again]) == 0, capsys.readouterr().err
+    assert cli.main([*run, "--name", "p"]) == 0, capsys.readouterr().err
+
+
 BOUNDED = """
 import resource, sys, cli
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
