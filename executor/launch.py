@@ -577,9 +577,16 @@ def check_run(
     check_index_memory(cfg, facts, -(-cfg.nproc // (nodes or 1)))
     samples = facts.train_samples  # the user's __len__, held (`length`)
     if samples < cfg.global_batch:
+        training = f"the {samples} training sample{'s' * (samples != 1)} of data {quoted(cfg.data)}"
+        if cfg.plan is None or resumed is not None:
+            raise BadArgumentError(f"--global-batch {cfg.global_batch} is larger than {training}")
+        # Beside --plan the batch is the plan's: "--global-batch 256" named a flag never given,
+        # and giving it another was refused as not the plan's (the sixty-eighth round). A plan
+        # is made for its samples too (`check_plan_samples`): both are re-planned at once.
         raise BadArgumentError(
-            f"--global-batch {cfg.global_batch} is larger than the {samples} training "
-            f"sample{'s' * (samples != 1)} of data {quoted(cfg.data)}"
+            f"{cfg.plan}: the plan is for global batch {cfg.global_batch} "
+            f"(inputs.global_batch), larger than {training}; re-plan with --samples {samples} "
+            f"and a --global-batch of at most {samples}"
         )
     check_run_length(cfg, cfg.steps_per_epoch(samples))
     # run.jsonl, which grows with the steps, against `ulimit -f` (a resume's, appended to).

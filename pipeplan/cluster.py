@@ -151,9 +151,7 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     if isinstance(text, str) and not unit:
         # '--intra-bw 5' was 5 bytes/s: the unit forgotten, not a link a million times slower
         # than any real one, and the plan silently fell back to one device (thirty-second round).
-        raise BadArgumentError(
-            f"{what} {quoted(text)} has no unit: give it, e.g. {value:g}GB/s or {value * 8:g}Gbit/s"
-        )
+        raise BadArgumentError(f"{what} {quoted(text)} has no unit: {_unit_hint(value)}")
     if not unit:  # a number: bytes/s already
         return _within(value, MIN_BANDWIDTH, MAX_BANDWIDTH, what, text, "bytes/s")
     if not unit.endswith(("/s", "ps")):  # '5GB' is a size: a typo, not 5 GB/s
@@ -173,6 +171,27 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     bits = base in ("bit", "b")
     result = value * scale / (8 if bits else 1)
     return _within(result, MIN_BANDWIDTH, MAX_BANDWIDTH, what, text, "bytes/s")
+
+
+def _unit_hint(value: float) -> str:
+    """`_unit_hint(5e9)` → 'give it; read as bytes/s, it is 5GB/s or 40Gbit/s': the bare
+    number read as bytes/s (as a cluster file's and the Python API's numbers are), written
+    with its unit in bytes and in bits. The sixty-eighth round: '5000000000' was told "e.g.
+    5e+09GB/s", refused as beyond 1 PB/s, and '400000' "400000GB/s", accepted as a link 10^9
+    times faster than the number in bytes/s. Outside the bounds no number is suggested: none
+    reads the same."""
+    if not MIN_BANDWIDTH <= value <= MAX_BANDWIDTH:  # NaN, inf too
+        bounds = f"{MIN_BANDWIDTH:g}..{MAX_BANDWIDTH:g}"
+        return f"give it (GB/s, Gbit/s, ...); read as bytes/s, it is outside {bounds} bytes/s"
+    as_bytes, as_bits = _rate_text(value, "B"), _rate_text(value * 8, "bit")
+    return f"give it; read as bytes/s, it is {as_bytes} or {as_bits}"
+
+
+def _rate_text(rate: float, base: str) -> str:
+    """`_rate_text(4e10, "bit")` → '40Gbit/s': the largest SI prefix the rate reaches, with
+    15 significant digits (what a float holds without noise: 1e15 is not '1e+15B/s')."""
+    prefix = next((p for p in ("P", "T", "G", "M", "k") if rate >= _SI[p.lower()]), "")
+    return f"{rate / _SI[prefix.lower()]:.15g}{prefix}{base}/s"
 
 
 def parse_duration(text: str | int | float, what: str = "duration") -> float:

@@ -1695,9 +1695,14 @@ class PhaseSearch:
         # device.memory_bytes of 1 read as "a device has 0.0 MiB", unexplained).
         source = self.cluster._memory_source
         origin = f" ({source})" if source else ""
-        remedy = "(use devices with more memory, more devices, or another micro-batch size)"
-        if self.pins != Pins():
+        remedy = self._floor_remedy(shapes)
+        if remedy is None and self.pins != Pins():
             remedy = self._pinned_remedy()
+        elif remedy is None:
+            # Every micro-batch size was priced (`smallest_peak_memory_bytes`): only more
+            # stages, which need more devices, spread the layers thinner.
+            more = ", or more devices" if self.most_stages < self.max_stages else ""
+            remedy = f"(use devices with more memory{more})"
         if smallest <= self.cluster.device_memory_bytes:
             # The min-max bound holds every stage to the same schedule; a stage after
             # forward-only ones holds more in flight, which the simulator prices and the bound
@@ -1709,6 +1714,33 @@ class PhaseSearch:
             )
             return f"the model does not fit {what}: {found}; a device has {has}{origin} {remedy}"
         return f"the model does not fit {what}: {found} but a device has {has}{origin} {remedy}"
+
+    def _floor_remedy(self, shapes: list[Shape]) -> str | None:
+        """What no layout gets under, where a device's memory is below it, in parentheses:
+        the cost model's reserve (`CostModel.reserve_bytes`), alone or with the fewest layers
+        a stage holds (the largest layer's weights and optimizer state, or stage 0's whole
+        prefix). None where more stages or other pins may still fit. Found by the sixty-eighth
+        round: `--device-memory 60MiB` under the CPU's 64 MiB reserve was told "use ... more
+        devices, or another micro-batch size", neither of which can fit it.
+
+            self._floor_remedy(shapes)
+            # "(each device keeps 64.0 MiB for the runtime (the cost model's reserve), as much
+            # as a device has or more; no count of devices or micro-batch size fits it: use
+            # devices with more memory)"
+        """
+        reserve, has = self.model.reserve_bytes, self.cluster.device_memory_bytes
+        kept = f"each device keeps {_gib(reserve)} for the runtime (the cost model's reserve)"
+        whatever = "no count of devices or micro-batch size fits it: use devices with more memory)"
+        if reserve >= has:
+            return f"({kept}, as much as a device has or more; {whatever}"
+        static = self.costs(min(shape.micro_batch_size for shape in shapes)).static_bytes
+        fewest = max(float(static[: self.first_boundary].sum()), float(static.max()))
+        if reserve + fewest > has:
+            return (
+                f"({kept}, and the fewest layers a stage holds keep {_gib(fewest)} of weights "
+                f"and optimizer state beside it; {whatever}"
+            )
+        return None
 
     def _pinned_remedy(self) -> str:
         """What bounds a pinned layout's memory and a change that fits, in parentheses: the

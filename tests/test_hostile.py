@@ -801,6 +801,50 @@ def test_a_pinned_layout_without_a_shape_names_its_cause_and_remedy(tmp_path, ca
     assert cli.main(argv) == 0, capsys.readouterr().err
 
 
+# Unpinned layouts past a device's memory, the remedy their line ends with and a change that
+# follows it ("": none but more memory).
+_RESERVE = "(each device keeps 64.0 MiB for the runtime (the cost model's reserve), "
+_NO_COUNT = "no count of devices or micro-batch size fits it: use devices with more memory)"
+_UNPINNED_PAST_MEMORY = {
+    "below the reserve": (
+        "--devices-per-node 2 --device-memory 60MiB",
+        f"{_RESERVE}as much as a device has or more; {_NO_COUNT}",
+        "",
+    ),
+    "the reserve and the largest layer": (
+        "--devices-per-node 2 --device-memory 100MiB",
+        f"{_RESERVE}and the fewest layers a stage holds keep 60.6 MiB of weights and "
+        f"optimizer state beside it; {_NO_COUNT}",
+        "",
+    ),
+    "more devices fit": (
+        "--devices-per-node 1 --device-memory 140MiB",
+        "(use devices with more memory, or more devices)",
+        "--devices-per-node 2",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", _UNPINNED_PAST_MEMORY)
+def test_an_unpinned_layout_past_memory_names_only_remedies_that_may_fit(tmp_path, capsys, case):
+    """Found by the sixty-eighth round: `--device-memory 60MiB` was told "use devices with
+    more memory, more devices, or another micro-batch size" where the cost model's 64 MiB CPU
+    reserve alone is past it (and every micro-batch size was priced already). The line names
+    the reserve, with the largest layer where the two are past it, and more devices only
+    where more stages may fit: following it plans."""
+    given, remedy, instead = _UNPINNED_PAST_MEMORY[case]
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    argv = ["plan", "--profile", str(profile), "--epochs", "3", "--samples", "6400"]
+    argv += ["--global-batch", "64", *given.split(), "--out", str(tmp_path / "plan.json")]
+    said = "the model does not fit even spread over all devices: "
+    refused(argv, tmp_path, capsys, (said, f" {remedy}"))
+    if instead:  # the remedy followed: the line's other flags as they were
+        flag, value = instead.split()
+        argv[argv.index(flag) + 1] = value
+        assert cli.main(argv) == 0, capsys.readouterr().err
+
+
 def test_micro_batches_past_a_size_that_ran_out_of_memory_are_said_so(tmp_path, capsys):
     """The sixty-fifth round's line where the profile's limit is a size that ran out of
     memory: that is the reason given, and profiling larger sizes is no remedy offered."""
@@ -2114,6 +2158,29 @@ def test_a_plan_for_another_training_set_is_refused(tmp_path, capsys, samples):
     fragments = (f"{plan}: inputs.samples {samples}:", "data 'digits' has 1438")
     refused(run, tmp_path, capsys, (*fragments, "re-plan with --samples 1438"))
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_plan_s_global_batch_beyond_the_data_is_re_planned_in_one_go(tmp_path, capsys):
+    """Found by the sixty-eighth round: `run --plan` of a plan for global batch 2048 on data of
+    fewer samples said "--global-batch 2048 is larger than the 1438 training samples", a flag
+    never given (the plan's value), and giving another was refused as not the plan's. The
+    line names the plan's field and both flags to re-plan with; following it runs."""
+    plan, runs = tmp_path / "plan.json", ["--runs-dir", str(tmp_path / "runs")]
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu"))]
+    argv += ["--devices-per-node", "2", "--epochs", "2"]
+    assert cli.main([*argv, "--samples", "50000", "--global-batch", "2048", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    run = ["run", "--model", "vit-digits", "--plan", str(plan), "--prepare-only", *runs]
+    said = (
+        f"{plan}: the plan is for global batch 2048 (inputs.global_batch), larger than the 1438 "
+        "training samples of data 'digits'; re-plan with --samples 1438 and a --global-batch "
+        "of at most 1438"
+    )
+    refused([*run, "--name", "p"], tmp_path, capsys, said)
+    assert not (tmp_path / "runs").exists()
+    again = ["--samples", "1438", "--global-batch", "1438", "-o", str(plan)]
+    assert cli.main([*argv, *again]) == 0, capsys.readouterr().err
+    assert cli.main([*run, "--name", "p"]) == 0, capsys.readouterr().err
 
 
 BOUNDED = """

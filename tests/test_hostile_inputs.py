@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -29,8 +30,10 @@ from executor.data import TaskData, TensorPairs, check_compatible
 from executor.parallel import StepMean
 from executor.planning import shipped_profile
 from pipeplan import models
+from pipeplan.cluster import parse_bandwidth
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import Profile, RunConfig, load
+from pipeplan.formats.base import MAX_BANDWIDTH, MIN_BANDWIDTH
 
 IGNORE = models.IGNORE_INDEX
 
@@ -4064,22 +4067,48 @@ def test_a_refusal_names_the_flag_given_not_one_derived_from_it(
 @pytest.mark.parametrize(
     "command, flag, value, example",
     [
-        ("plan", "--intra-bw", "5", "e.g. 5GB/s or 40Gbit/s"),
-        ("preview", "--intra-bw", "0.5", "e.g. 0.5GB/s or 4Gbit/s"),
-        ("plan", "--inter-bw", "100", "e.g. 100GB/s or 800Gbit/s"),
-        ("preview", "--inter-bw", "1e3", "e.g. 1000GB/s or 8000Gbit/s"),
+        ("plan", "--intra-bw", "5", "read as bytes/s, it is 5B/s or 40bit/s"),
+        ("preview", "--intra-bw", "0.5", "read as bytes/s, it is outside 1..1e+15 bytes/s"),
+        ("plan", "--inter-bw", "100", "read as bytes/s, it is 100B/s or 800bit/s"),
+        ("preview", "--inter-bw", "1e3", "read as bytes/s, it is 1kB/s or 8kbit/s"),
     ],
 )
 def test_a_rate_without_its_unit_is_refused(tmp_path, capsys, command, flag, value, example):
     """Found by the thirty-second round: `plan --intra-bw 5` planned for a link of 5 bytes/s
     (one device, the pipeline dropped, no word), while `--intra-bw 5GB` was refused as a size.
     A rate flag needs its unit: a bare number is refused in one line naming the flag, with
-    the rate it likely meant in bytes and in bits. A rate with its unit is read as before."""
+    the number read as bytes/s in bytes and in bits (`test_a_bare_rate_s_hint_reads_back`).
+    A rate with its unit is read as before."""
     profile = str(shipped_profile("vit-digits", "cpu"))
     argv = [command, "--profile", profile, "--nodes", "2", "--devices-per-node", "2", *PREVIEW]
     out = ["--out", str(tmp_path / "p.json")] if command == "plan" else []
     refused([*argv, *out, flag, value], tmp_path, capsys, (flag, f"'{value}' has no unit", example))
     assert cli.main([*argv, *out, flag, f"{value}GB/s"]) == 0
+
+
+@pytest.mark.parametrize(
+    "bare",
+    ["0.5", "1", "5", "400000", "5000000000", "5000000001", "123456789.123", "1e15", "2e15"],
+)
+def test_a_bare_rate_s_hint_reads_back(bare):
+    """Found by the sixty-eighth round: `--intra-bw 5000000000` was told "give it, e.g.
+    5e+09GB/s or 4e+10Gbit/s", itself refused (beyond 1 PB/s), and `--intra-bw 400000` told
+    "400000GB/s", accepted as a link 10^9 times faster than 400000 bytes/s. Every rate the
+    hint spells reads back as the bare number in bytes/s (as a cluster file's numbers are);
+    where that is outside the bounds, the hint spells no rate. Tolerance: the hint writes 15
+    significant digits, a relative error of at most 5e-15; 1e-12 leaves a margin of 200."""
+    with pytest.raises(BadArgumentError) as info:
+        parse_bandwidth(bare, "--intra-bw")
+    line = str(info.value)
+    assert line.startswith(f"--intra-bw '{bare}' has no unit: give it"), line
+    hint = line.partition("has no unit:")[2]
+    spelled = re.findall(r"[0-9.]+(?:e[+-]?[0-9]+)?[kMGTP]?(?:B|bit)/s", hint)
+    if not MIN_BANDWIDTH <= float(bare) <= MAX_BANDWIDTH:
+        assert spelled == [] and "outside 1..1e+15 bytes/s" in hint, line
+        return
+    assert len(spelled) == 2 and spelled[0].endswith("B/s") and spelled[1].endswith("bit/s")
+    for rate in spelled:
+        assert parse_bandwidth(rate) == pytest.approx(float(bare), rel=1e-12), (rate, line)
 
 
 @pytest.mark.parametrize("value", ["5/s", "10G/s", "10Gps", "2kps"])
