@@ -1110,6 +1110,10 @@ def main(argv: list[str] | None = None) -> int:
         if code == 0:  # what the data code's threads wrote, once the command succeeded
             for line in log.thread_lines():
                 logging.getLogger("pipeplan.cli").warning("%s", line)
+        # Here, not in `finally` alone: a stop landing there before the handlers were put
+        # back raised out of `main`, a traceback and exit 1 (the sixty-eighth round). Here it
+        # is caught below, or ends the process as the handlers put back do.
+        _put_back(previous, argv)
         return code
     except PipeplanError as exc:
         _said.append(0)  # the outcome, said: a stop landing as it is written is not acted on
@@ -1150,15 +1154,26 @@ def main(argv: list[str] | None = None) -> int:
         log.error(f"{where}{exc.strerror or exc}")
         return 2
     finally:
-        if argv is None:  # the process's own run: a later Ctrl-C has nothing left to stop (it
-            # raised at exit, or a traceback; one in the lines below did: the fifty-sixth round),
-            # nor, once a stop has been said, a later stop: the process ends as it said
-            done = _said or OUTPUT_WRITTEN
-            ends = (signal.SIGINT, *STOP_SIGNALS) if done else (signal.SIGINT,)
-            _install({**(previous or {}), **dict.fromkeys(ends, signal.SIG_IGN)})
-        elif previous is not None:
-            _install(previous)
+        _put_back(previous, argv)
         log.thread_lines()  # after a failure, nothing: its error line stays the last
+
+
+def _put_back(previous: dict | None, argv: list[str] | None) -> None:
+    """The handlers `main(argv)` found (`previous`, from `_install`), as it ends. In the
+    process's own run (`argv` None) a later Ctrl-C has nothing left to stop (it raised at exit,
+    or a traceback; one in `main`'s last lines did: the fifty-sixth round), nor, once a stop
+    has been said or the output is in place, a later stop: the process ends as it said. Any
+    other stop ends the process with its line and code (`startup`'s handlers), at its exit
+    callbacks too.
+
+        _put_back(previous, None)   # SIGINT ignored; SIGTERM: "stopped by SIGTERM", 143
+    """
+    if argv is None:
+        done = _said or OUTPUT_WRITTEN
+        ends = (signal.SIGINT, *STOP_SIGNALS) if done else (signal.SIGINT,)
+        _install({**(previous or {}), **dict.fromkeys(ends, signal.SIG_IGN)})
+    elif previous is not None:
+        _install(previous)
 
 
 def entry() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 from pipeplan.errors import one_line
+from pipeplan.startup import EXIT  # the process's own `os._exit`, whatever the code made of it
 
 # Whether this process is the `pipeplan` command's own (`cli.entry`), started by the user's
 # shell, not a Python program of the user's that calls pipeplan (the API, a notebook): what
@@ -64,11 +65,6 @@ def exits_raised() -> Iterator[None]:
         os._exit = real
 
 
-# The process's own `os._exit`, taken as pipeplan is imported: what `forks_ended` ends a
-# forked child with, whatever the user's code has made of `os._exit` meanwhile.
-_EXIT = os._exit
-
-
 @contextlib.contextmanager
 def forks_ended() -> Iterator[None]:
     """A process the user's code forks that comes back out of the block (`os.fork()` in a
@@ -90,7 +86,7 @@ def forks_ended() -> Iterator[None]:
         yield
     finally:
         if os.getpid() != here:
-            _EXIT(0)
+            EXIT(0)
 
 
 # How long the exit callbacks may run: the command's work is done; a callback that waits on
@@ -168,7 +164,7 @@ def _late(
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    _EXIT(status)
+    EXIT(status)
 
 
 def _run_threading_exits(said: Callable[[Any], None]) -> None:

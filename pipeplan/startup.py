@@ -2,7 +2,8 @@
 Ctrl-C there was a KeyboardInterrupt traceback from inside an import, SIGTERM a silent exit.
 Imported first of pipeplan's modules by `cli.py`; in the command's own process (not when a
 program or a test imports `cli`) it ends the process with the line the command prints once it
-runs, until `cli.main` installs its handlers. Nothing has been written by then.
+runs, until `cli.main` installs its handlers (nothing has been written by then), and again
+once `cli.main` has put them back: a stop as the exit callbacks run ends the command there.
 
     import pipeplan.startup  # noqa: F401  (cli.py: its import is the work)
 
@@ -188,6 +189,15 @@ def first_arrived(signum: int) -> int:
     return next((number for number in arrived if number in SIGNALS), signum)
 
 
+# The process's own `os._exit`, taken as pipeplan is imported (the command's process: this
+# module, first): what pipeplan ends the process with where `os._exit` may be another's
+# meanwhile. The exit callbacks run with `os._exit` raising SystemExit (`exits.exits_raised`):
+# a stop landing there ran `_end`, which said its line and raised, and the callback's exit was
+# said too ("the exit callback logging.shutdown exited with code 143"), status 0 (the
+# sixty-eighth round).
+EXIT = os._exit
+
+
 def _end(signum: int, frame: object) -> None:
     # The stops held from here: one landing after the record was read ran this handler again
     # inside it, which read the record's rest (the later stop) and said that (a burst of
@@ -197,7 +207,9 @@ def _end(signum: int, frame: object) -> None:
     signum = first_arrived(signum)
     said = "interrupted" if signum == signal.SIGINT else stopped_by(signum)
     os.write(2, f"pipeplan: {said}\n".encode())
-    os._exit(128 + signum)  # mid-import: nothing to unwind or flush
+    # Mid-import, or past the command's outcome (its exit callbacks, after `cli.main`):
+    # nothing to unwind or flush.
+    EXIT(128 + signum)
 
 
 def is_the_command() -> bool:

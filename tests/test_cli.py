@@ -1288,6 +1288,46 @@ def test_a_burst_of_stops_as_the_command_starts_is_said_as_the_first(limit):
 
 
 @pytest.mark.timeout(60)
+def test_a_stop_as_the_exit_callbacks_run_is_said_once_with_its_code():
+    """Found by the sixty-eighth round: two stops sent as `pipeplan models` ended (it writes
+    no file) landed as its exit callbacks ran, which run with `os._exit` raising SystemExit:
+    the start-up handler said "stopped by SIGHUP", then its exit was said as the callback's,
+    "the exit callback weakref.finalize._exitfunc exited with code 129", exit 0. A stop there
+    ends the command as anywhere: one line, 128 + N, the callbacks after it not run."""
+    code = (
+        "import atexit, os, signal, sys\n"
+        "sys.argv = ['pipeplan', 'models']  # the command's process: its start-up handlers\n"
+        "import cli\n"
+        "atexit.register(print, 'not run', file=sys.stderr)\n"
+        "atexit.register(os.kill, os.getpid(), signal.SIGHUP)  # run first\n"
+        "cli.entry()\n"
+    )
+    done = _python_capped(code, None)
+    assert (done.returncode, done.stderr) == (129, "pipeplan: stopped by SIGHUP\n")
+
+
+@pytest.mark.timeout(60)
+def test_a_stop_as_main_puts_the_handlers_back_after_a_result_is_said_once():
+    """Found by the sixty-eighth round's check of the same class: a stop landing in `main`'s
+    `finally` after the command succeeded (no file written), before the handlers were put
+    back, raised out of `main`: Stopped's traceback, exit 1. One line, 128 + N."""
+    code = (
+        "import os, signal, sys\n"
+        "sys.argv = ['pipeplan', 'models']\n"
+        "import cli\n"
+        "install = cli._install\n"
+        "def stopped(handlers):  # the stop lands as the handlers are put back\n"
+        "    if cli._stop not in handlers.values():\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return install(handlers)\n"
+        "cli._install = stopped\n"
+        "cli.entry()\n"
+    )
+    done = _python_capped(code, None)
+    assert (done.returncode, done.stderr) == (143, "pipeplan: stopped by SIGTERM\n")
+
+
+@pytest.mark.timeout(60)
 def test_a_stop_while_the_error_line_is_written_leaves_the_error_the_outcome(tmp_path):
     """Found by the sixty-fifth round: SIGTERM while export's error line (a missing run) was
     written to a stderr that did not drain (a full pipe; a terminal paused with Ctrl-S) gave
