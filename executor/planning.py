@@ -22,7 +22,7 @@ alone (docs/architecture.md §6).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
@@ -63,7 +63,13 @@ from pipeplan.formats.base import (
     text_sha256,
 )
 from pipeplan.formats.presets import config_path
-from pipeplan.formats.profile import FedInput, input_mismatch, model_mismatch, profile_command
+from pipeplan.formats.profile import (
+    FedInput,
+    input_mismatch,
+    model_mismatch,
+    named_by_name,
+    profile_command,
+)
 from pipeplan.formats.run import EDITED_SINCE
 from pipeplan.plan import (
     TrainingShape,
@@ -147,14 +153,18 @@ def config_profile(cfg: RunConfig, seq: LayerSequence | None = None) -> Profile:
     # The advice measures the input the run feeds too: a profile of the folder alone was
     # refused next for its input (a second refusal after following the first).
     flags = _profile_flags(seq, cfg) if seq is not None else _precision_flag(cfg)
+    # Beside --plan a new profile needs a new plan (`_replan`): profiling alone was refused
+    # next as another profile than the plan's (the sixty-eighth round).
     why = model_mismatch(cfg.model, profile, flags, nproc=cfg.nproc)
     if why is not None:
-        raise BadArgumentError(f"{path} {why}")
+        measures = cfg.plan is not None and not named_by_name(cfg.model)  # a folder's command
+        raise BadArgumentError(f"{path} {why}" + (f", {_replan(cfg)}" if measures else ""))
     if profile.device.kind != cfg.device:  # CPU times and host memory say nothing of a GPU
         raise BadArgumentError(
             f"{path} was measured on {profile.device.kind}, but this run trains on "
             f"{cfg.device}; profile on {cfg.device}: "
             f"{profile_command(cfg.model, f'{flags} --device {cfg.device}', cfg.nproc)}"
+            + (f", {_replan(cfg)}" if cfg.plan is not None else "")
         )
     return profile
 
@@ -237,17 +247,68 @@ def check_model_config(cfg: RunConfig) -> None:
         )
 
 
-def check_profile_fits(profile: Profile, seq: LayerSequence, cfg: RunConfig) -> None:
+def check_profile_fits(
+    profile: Profile, seq: LayerSequence, cfg: RunConfig, plan: Plan | None = None
+) -> None:
     """A profile times one input shape and one head: a run that feeds another (a longer
     sequence, padded text, another task) or builds a head of other outputs would be planned
     with times and memory that do not hold for it (`profile.input_mismatch`, which calibrate
     holds a run's profile to as well). The model itself is `model_mismatch`'s
-    (`config_profile`)."""
+    (`config_profile`). Where run flags alone make the run feed the profile's input
+    (`_matching_flags`: --seq-len 16), the line names them first; a new profile is the other
+    remedy, and beside a `plan` (the run's --plan) with the re-plan it then needs
+    (`_replan`): found by the sixty-eighth round, a run of a plan made from a profile at
+    --seq-len 16 was told to profile at 64, whose profile the plan then refused as another,
+    and neither line named --seq-len 16."""
+    named = _profile_named(cfg)
     fed = fed_input(seq, cfg)
-    why = input_mismatch(profile, fed, _profile_named(cfg), "this run")
-    if why is not None:
-        command = profile_command(cfg.model, _profile_flags(seq, cfg), cfg.nproc)
-        raise BadArgumentError(f"{why}; profile that: {command}, and pass --profile P.json")
+    why = input_mismatch(profile, fed, named, "this run")
+    if why is None:
+        return
+    command = profile_command(cfg.model, _profile_flags(seq, cfg), cfg.nproc)
+    remedy = f"profile that: {command}, and pass --profile P.json"
+    if cfg.plan is not None:
+        remedy = f"profile that: {command}, {_replan(cfg, plan)}"
+    flags, matched = _matching_flags(FedInput.of_profile(profile), fed)
+    if flags and input_mismatch(profile, matched, named, "this run") is None:
+        remedy = f"give {flags} to match {named}, or {remedy}"
+    raise BadArgumentError(f"{why}; {remedy}")
+
+
+def _matching_flags(have: FedInput, fed: FedInput) -> tuple[str, FedInput]:
+    """The `pipeplan run` flags that change the input `fed` where it differs from the
+    profile's (`have`) in what they set, and the input the run then feeds: `(" --seq-len 16",
+    fed with have's shape)`. --seq-len sets a text model's sequence length (the model is the
+    profile's: `config_profile` held it), --precision the precision; whatever else differs
+    (padding, the task and its head) follows from the data, so is left to the caller's
+    check of the input returned."""
+    flags = ""
+    if fed.dtype == have.dtype == "int64" and fed.shape != have.shape:
+        flags += f" --seq-len {have.shape[0]}"
+        fed = replace(fed, shape=have.shape)
+    if fed.precision != have.precision:
+        flags += f" --precision {have.precision}"
+        fed = replace(fed, precision=have.precision)
+    return flags.strip(), fed
+
+
+def _replan(cfg: RunConfig, plan: Plan | None = None) -> str:
+    """The re-plan a new profile needs beside --plan (`check_plan` refuses a plan made from
+    another profile), for the cluster, samples, epochs and batch the run is held to (its
+    --plan's, `plan` when read already, and its own): `then re-plan with it …: pipeplan plan
+    --profile P.json --nodes 1 … --out P-plan.json, and pass --profile P.json --plan
+    P-plan.json`."""
+    assert cfg.plan is not None
+    inputs = (plan if plan is not None else load(Plan, cfg.plan)).inputs
+    command = (
+        f"pipeplan plan --profile P.json --nodes {inputs.cluster.nodes} --devices-per-node "
+        f"{inputs.cluster.devices_per_node} --epochs {cfg.epochs} --global-batch "
+        f"{cfg.global_batch} --samples {inputs.samples} --out P-plan.json"
+    )
+    return (
+        f"then re-plan with it as {cfg.plan} was made (a plan is priced with one profile): "
+        f"{command}, and pass --profile P.json --plan P-plan.json"
+    )
 
 
 def fed_input(seq: LayerSequence, cfg: RunConfig) -> FedInput:
@@ -363,7 +424,7 @@ class RunPlanner:
         """Fail before any process starts if the profile was measured for another input than
         the model `seq` takes, or if not even the first phase can be planned."""
         if seq is not None:
-            check_profile_fits(self.profile, seq, self.config)
+            check_profile_fits(self.profile, seq, self.config, self.plan)
         cfg = self.config
         # The freeze point the run starts at (a plan's schedule may start frozen); the block
         # count matters only to later decisions, not to `first`.

@@ -60,7 +60,10 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
     KeyboardInterrupt from importlib, pydantic or torch (forty-ninth round). What the file
     system refuses (a name too long) is an InputFileError, the command line's line. The
     process's environment is the caller's again as a call ends (`calls.environment_restored`),
-    and so is its logging set-up (`log.setup_restored`).
+    and so is its logging set-up (`log.setup_restored`). Where the caller has set none up, the
+    call shows its lines as the command line does (`pipeplan: WARNING: …`, `log.setup`), for
+    that call alone: only `run` did, so a `preview`'s warning came through Python's
+    last-resort handler as a bare line (the sixty-eighth round).
     Calls run one at a time (`calls.one_call`): another, from another thread or from inside
     the user's code during a call, is refused in one line."""
 
@@ -76,7 +79,7 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
             # claims_released: the run directories it claimed, as its process ends;
             # stops_raised_in_call: SIGTERM, SIGHUP, … raise Stopped, as the command's do;
             # environment_restored: what the call's libraries set there is not the caller's;
-            # setup_restored: nor is the logging set-up `run` makes to show its lines
+            # setup_restored: nor is the logging set-up the call makes to show its lines
             with (
                 one_call(f"{command.__name__}()"),
                 stops_raised_in_call(),
@@ -84,6 +87,8 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
                 environment_restored(),
                 log.setup_restored(),
             ):
+                if not log.configured():  # the caller has not set up logging
+                    log.setup()
                 return command(*args, **kwargs)
         except KeyboardInterrupt:
             raise Interrupted from None
@@ -172,8 +177,6 @@ def run(
     rest are run.json's."""
     from executor.launch import resume_run, start_run
 
-    if not log.configured():  # the caller has not set up logging: show the epoch lines
-        log.setup()  # for this call alone (`_as_the_command_line`)
     if resume is not None:
         if runs_dir is not None:  # as the command line refuses it
             raise BadArgumentError(

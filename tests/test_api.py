@@ -20,7 +20,7 @@ import cli
 import pipeplan
 from executor.planning import shipped_profile
 from pipeplan.errors import PipeplanError
-from pipeplan.formats import Profile, RunConfig, RunSummary, dumps
+from pipeplan.formats import Profile, RunConfig, RunSummary, dumps, load
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = str(shipped_profile("bert-tiny", "cpu"))
@@ -434,14 +434,20 @@ def test_a_call_leaves_the_environment_as_it_was(tmp_path, monkeypatch):
     assert dict(os.environ) == environment
 
 
-@pytest.mark.parametrize("fails", [False, True], ids=["returns", "fails"])
+@pytest.mark.parametrize(
+    "call, fails",
+    [("run", False), ("run", True), ("preview", False)],
+    ids=["run returns", "run fails", "preview warns"],
+)
 @pytest.mark.parametrize("yours", [False, True], ids=["none set up", "yours set up"])
-def test_a_call_leaves_logging_as_it_was(tmp_path, monkeypatch, capsys, fails, yours):
+def test_a_call_leaves_logging_as_it_was(tmp_path, monkeypatch, capsys, call, fails, yours):
     """Found by the sixty-sixth round: the first `pipeplan.run()` set the `pipeplan` logger up
     to show its epoch lines (pipeplan's handler, INFO) and left it so, and a later
     `preview`'s warning changed format. The call shows its lines through it, or through the
     caller's own set-up, and its end, a failure's too, leaves the logger's handlers, level
-    and propagation as they were."""
+    and propagation as they were. Every call does, not `run` alone: the sixty-eighth round's
+    `preview` said its warning through Python's last-resort handler, a bare line without
+    `pipeplan: WARNING:`."""
     import logging
 
     import executor.launch
@@ -464,15 +470,26 @@ def test_a_call_leaves_logging_as_it_was(tmp_path, monkeypatch, capsys, fails, y
         )
 
     monkeypatch.setattr(executor.launch, "start_run", start_run)
+    # A profile that measured no links: a 2-device preview warns it prices them on defaults.
+    unmeasured = tmp_path / "unmeasured.json"
+    unmeasured.write_text(dumps(load(Profile, PROFILE).model_copy(update={"comm": None})))
     try:
         with contextlib.suppress(PipeplanError):
-            pipeplan.run(runs_dir=tmp_path, model="vit-digits", epochs=1, device_memory="100MiB")
+            if call == "run":
+                pipeplan.run(
+                    runs_dir=tmp_path, model="vit-digits", epochs=1, device_memory="100MiB"
+                )
+            else:
+                pipeplan.preview(profile=unmeasured, devices_per_node=2, epochs=3)
         assert (logger.handlers, logger.level, logger.propagate) == before
     finally:
         logger.handlers, logger.propagate = saved[0], saved[2]
         logger.setLevel(saved[1])
-    said = "mine: epoch 1/1" if yours else "pipeplan: INFO: epoch 1/1"
-    assert said in capsys.readouterr().err.splitlines()
+    said = "epoch 1/1" if call == "run" else f"{unmeasured} measured no links"
+    said = (
+        f"mine: {said}" if yours else f"pipeplan: {'INFO' if call == 'run' else 'WARNING'}: {said}"
+    )
+    assert any(line.startswith(said) for line in capsys.readouterr().err.splitlines())
 
 
 @pytest.mark.parametrize(

@@ -3305,6 +3305,19 @@ def test_a_runs_refusals_suggest_one_profile_command_for_its_ranks(
     refused(argv, tmp_path, capsys, f"run `{command}` and pass --profile P.json")
     other = ["--profile", str(shipped_profile("bert-tiny", "cpu"))]
     refused([*argv, *other], tmp_path, capsys, f"; profile this model: {command}")
+    # Beside --plan, the profile alone would be refused next as another than the plan's
+    # (the sixty-eighth round): the re-plan with it is said too.
+    plan = tmp_path / "plan.json"
+    shape = ["--devices-per-node", str(nproc), "--epochs", "1", "--global-batch", "8"]
+    assert cli.main(["plan", *other, *shape, "--samples", "4096", "--out", str(plan)]) == 0
+    capsys.readouterr()
+    replan = (
+        f"; profile this model: {command}, then re-plan with it as {plan} was made (a plan is "
+        f"priced with one profile): pipeplan plan --profile P.json --nodes 1 --devices-per-node "
+        f"{nproc} --epochs 1 --global-batch 8 --samples 4096 --out P-plan.json, and pass "
+        "--profile P.json --plan P-plan.json"
+    )
+    refused([*argv, *other, "--plan", str(plan)], tmp_path, capsys, replan)
 
 
 def test_a_plans_run_of_a_folder_without_a_profile_is_told_to_pass_the_plans(
@@ -3322,6 +3335,47 @@ def test_a_plans_run_of_a_folder_without_a_profile_is_told_to_pass_the_plans(
     argv += ["--data", "synth-text", "--name", "a", "--runs-dir", str(tmp_path / "runs")]
     said = f"; pass the profile the plan {plan} was made from with --profile (its inputs.profile"
     refused([*argv, "--prepare-only"], tmp_path, capsys, ("no shipped profile for", said))
+
+
+def test_a_profile_of_another_sequence_length_names_the_flag_then_a_plans_two_commands(
+    tmp_path, capsys
+):
+    """Found by the sixty-eighth round: a run without --seq-len of a plan made from a profile
+    at --seq-len 16 was told to profile at the run's 64 and pass that profile, which the plan
+    then refused as another: neither line named the remedy, --seq-len 16. The line names the
+    flag that makes the run feed the profile's input first; beside --plan, its other remedy
+    is the profile and the re-plan together. Each remedy, followed, passes the checks."""
+    shipped = shipped_profile("bert-tiny", "cpu")  # input (128,)
+    argv = ["run", "--model", "bert-tiny", "--data", "synth-text", "--nproc", "1", "--epochs"]
+    argv += ["1", "--global-batch", "8", "--runs-dir", str(tmp_path / "runs"), "--prepare-only"]
+    said = f"give --seq-len 128 to match the shipped profile {shipped}, or profile that: "
+    command = "pipeplan profile bert-tiny --seq-len 16 --task classification --out P.json"
+    refused([*argv, "--seq-len", "16", "--name", "a"], tmp_path, capsys, (said + command,))
+    assert cli.main([*argv, "--seq-len", "128", "--name", "a"]) == 0
+    capsys.readouterr()
+
+    plan = tmp_path / "plan.json"
+    shape = ["--devices-per-node", "1", "--epochs", "1", "--global-batch", "8", "--samples"]
+    assert cli.main(["plan", "--profile", str(shipped), *shape, "4096", "--out", str(plan)]) == 0
+    capsys.readouterr()
+    argv += ["--plan", str(plan)]
+    refused([*argv, "--seq-len", "16", "--name", "b"], tmp_path, capsys, said + command)
+    assert cli.main([*argv, "--seq-len", "16", "--name", "b"]) == 2
+    line = capsys.readouterr().err
+    # Never the profile alone: the re-plan with it too, and the run then passes both files.
+    made = re.search(r"profile that: (.*?), then re-plan .*?: (.*?), and pass (.*)\n", line)
+    profile, replan, passed = made.groups()
+    assert profile == command and passed == "--profile P.json --plan P-plan.json"
+    assert cli.main([*argv, "--seq-len", "128", "--name", "b"]) == 0
+    capsys.readouterr()
+    files = {"P.json": str(tmp_path / "P.json"), "P-plan.json": str(tmp_path / "P-plan.json")}
+    cheap = ["--micro-batch-sizes", "1,2,4,8", "--warmup", "0", "--repeats", "1"]
+    for made in (profile, replan):
+        made = [files.get(word, word) for word in made.split()[1:]]
+        assert cli.main([*made, *(cheap if made[0] == "profile" else [])]) == 0
+    argv[-1] = files["P-plan.json"]
+    given = ["--seq-len", "16", "--profile", files["P.json"], "--name", "c"]
+    assert cli.main([*argv, *given]) == 0, capsys.readouterr().err
 
 
 def test_a_shipped_profile_of_another_head_is_refused_not_used(tmp_path, capsys):
