@@ -5439,7 +5439,7 @@ def _user_modules(target: str, spec: str) -> dict[str, Path]:
         if not isinstance(file, str) or name in ("__main__", "__mp_main__"):
             continue  # the user's running script is never imported afresh
         where = located(file, folders)
-        if where is None or (name != target and not any(map(_starts(under_root), where))):
+        if where is None or (name != target and not any(p.startswith(under_root) for p in where)):
             continue  # outside the data's folder (torch's, Python's): decided by the text
         mine = _recorded_file(*where, root, installed, (".py", ".pyc"))
         if mine is not None and _is_file(mine):
@@ -5447,11 +5447,6 @@ def _user_modules(target: str, spec: str) -> dict[str, Path]:
         elif name == target:
             found[name] = Path(where[1])
     return found
-
-
-def _starts(prefix: str) -> Callable[[str], bool]:
-    """`_starts("/home/me/")("/home/me/a.py")` → True: `str.startswith` for a `map`."""
-    return operator.methodcaller("startswith", prefix)
 
 
 def located(file: str, folders: dict[str, str]) -> tuple[str, str] | None:
