@@ -361,6 +361,7 @@ from pipeplan.spawn import (
     check_open_files,
 )
 from pipeplan.startup import (
+    EXIT,
     STOP_SIGNALS,
     first_arrived,
     forget_arrivals,
@@ -1231,11 +1232,44 @@ def exit_without_teardown(code: int, console: TextIO, rank: int, debug: bool = F
     def say(line: str) -> None:
         pipeplan_log.write_line(f"pipeplan: rank {rank}: WARNING: {line}")
 
+    def interrupted(signum: int, frame: object) -> NoReturn:
+        end_stopped(faults.SignalInterrupt(), rank, console)
+
+    # A stop as the callbacks run ends the rank there, with its line and code, as one ends the
+    # command there (`startup`): raised into a callback, it was said as the callback's failure
+    # and the rank exited 0 (torchrun's SIGHUP, SIGUSR1 or Ctrl-C: `stops_reported`).
+    _EXITING.set()
+    if signal.getsignal(signal.SIGINT) is faults.on_sigint:
+        signal.signal(signal.SIGINT, interrupted)
     run_exit_callbacks(say, traced=debug, status=code)
     for stream in (sys.stdout, sys.stderr, console):
         stream.flush()
     os._exit(code)
 
+
+def end_stopped(exc: BaseException, rank: int, console: TextIO | int) -> NoReturn:
+    """The rank ended at once by a stop (`exc`: Stopped, or SignalInterrupt for Ctrl-C) where
+    it cannot be raised (the main thread blocked in C, or the exit callbacks running): its
+    report, its line on `console` (a stream, or a descriptor), its node's cache removed, and
+    the stop's exit code.
+
+        end_stopped(Stopped(signal.SIGHUP), 1, sys.stderr)   # "pipeplan: rank 1: stopped by
+                                                             # SIGHUP", exit 129
+    """
+    faults.write_report(exc, rank, traced=False)
+    line, code = start_line(exc, rank)  # type: ignore[misc]
+    with contextlib.suppress(OSError, ValueError):
+        if isinstance(console, int):
+            os.write(console, (line + "\n").encode())
+        else:
+            pipeplan_log.write_line(line, console)
+    with contextlib.suppress(OSError):
+        remove_own_caches()
+    EXIT(code)  # the real one: in the exit callbacks `os._exit` raises (`exits_raised`)
+
+
+# Set once the rank has trained and runs its exit callbacks (`exit_without_teardown`).
+_EXITING = threading.Event()
 
 # The stops a torchrun rank reports as it ends (`stops_reported`): all but SIGTERM, the
 # agent's own stop, which kills at once (and SIGKILL, which nothing can catch).
@@ -1266,6 +1300,8 @@ def stops_reported(rank: int) -> None:
 
     def on_stop(signum: int, frame: object) -> None:
         handled.add(signum)
+        if _EXITING.is_set():  # trained: ends it in its exit callbacks
+            end(signum)
         raise Stopped(signum)
 
     def on_term(signum: int, frame: object) -> None:
@@ -1284,12 +1320,7 @@ def stops_reported(rank: int) -> None:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGTERM)
             os._exit(128 + signal.SIGTERM)  # the thread's (no handler changes there): as a shell
-        faults.write_report(Stopped(signum), rank, traced=False)
-        line, code = start_line(Stopped(signum), rank)  # type: ignore[misc]
-        with contextlib.suppress(OSError):
-            os.write(console, (line + "\n").encode())
-        remove_own_caches()
-        os._exit(code)
+        end_stopped(Stopped(signum), rank, console)
 
     def watch() -> None:
         while True:

@@ -2645,6 +2645,47 @@ def test_a_torchrun_rank_the_agent_stops_removes_its_cache_in_silence(tmp_path, 
     assert not made.exists() and not error_file.exists()
 
 
+# A torchrun rank that has trained (`stops_reported` on, Ctrl-C its own), sent a stop signal
+# as its exit callbacks run: a callback sends it and goes on in Python, where its handler runs.
+STOPPED_AT_EXIT = """
+import atexit, os, signal, sys, time
+from executor import errorfile, faults, launch
+errorfile.reserve()
+launch.stops_reported(1)
+signal.signal(signal.SIGINT, faults.on_sigint)
+def callback():
+    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    time.sleep(2)
+    print("the callback ended", flush=True)
+atexit.register(callback)
+errorfile.release()
+launch.exit_without_teardown(0, sys.stderr, 1)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("name", "line", "code"),
+    [("SIGHUP", "stopped by SIGHUP", 129), ("SIGUSR1", "stopped by SIGUSR1", 138),
+     ("SIGINT", "interrupted", 130)],
+)  # fmt: skip
+def test_a_torchrun_rank_stopped_as_its_exit_callbacks_run_ends_with_the_stops_line(
+    tmp_path, name, line, code
+):
+    """Found open by the forty-eighth session: a stop that came as a torchrun rank that had
+    trained ran its exit callbacks was raised into the callback and said as its failure
+    ("the exit callback … raised Stopped"), the rank exiting 0. It ends the rank there, as a
+    stop ends the command there: the stop's one line, its exit code, its report."""
+    error_file = tmp_path / "error.json"
+    env = {**environment(), "TORCHELASTIC_ERROR_FILE": str(error_file)}
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED_AT_EXIT, name],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=50,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (code, "", f"pipeplan: rank 1: {line}\n")
+    assert line in json.dumps(json.loads(error_file.read_text()))
+
+
 # A torchrun rank started with SIGHUP and SIGTERM ignored (`nohup torchrun --signals-to-handle
 # SIGINT,SIGQUIT …`), sent both in its wait for the others, then mid-run.
 IGNORING_RANK = """
