@@ -1596,7 +1596,7 @@ class PhaseSearch:
         if faster_than_s < math.inf and not (run.simulated and run.best_s < faster_than_s):
             raise NothingFasterError(faster_than_s)
         if not run.simulated and run.gave_up:
-            raise DoesNotFitError(lambda: self._gave_up_message(run.work))
+            raise DoesNotFitError(lambda: self._gave_up_message(run.work, shapes))
         if not run.simulated:
             raise DoesNotFitError(lambda: self._does_not_fit_message(shapes))
         return run.solution(runner_ups)
@@ -1667,15 +1667,20 @@ class PhaseSearch:
             checked += 1
         return int(np.ceil(best + self.model.reserve_bytes)), checked, len(by_size)
 
-    def _gave_up_message(self, work: int) -> str:
-        """Why a search that stopped at NOTHING_FITS_WORK × its limit found nothing."""
+    def _gave_up_message(self, work: int, shapes: list[Shape]) -> str:
+        """Why a search that stopped at NOTHING_FITS_WORK × its limit found nothing, and the
+        remedies that may fit: none but more memory below a floor no layout gets under
+        (`_floor_remedy`; the forty-eighth session left this message offering more devices
+        or micro-batches there)."""
         what = "with the pinned layout" if self.pins != Pins() else "in any layout"
+        remedy = self._floor_remedy(shapes) or (
+            "(use devices with more memory, more devices or a smaller micro-batch, or pin a "
+            "layout that fits: --stages, --boundaries, --micro-batches)"
+        )
         return (
             f"no layout that fits memory was found {what} in {work:,} units of search "
             f"({NOTHING_FITS_WORK}× the work limit, where a search with nothing that fits "
-            f"stops; a device has {_gib(self.cluster.device_memory_bytes)}): use devices with "
-            "more memory, more devices or a smaller micro-batch, or pin a layout that fits "
-            "(--stages, --boundaries, --micro-batches)"
+            f"stops); a device has {_gib(self.cluster.device_memory_bytes)} {remedy}"
         )
 
     def _does_not_fit_message(self, shapes: list[Shape]) -> str:

@@ -845,6 +845,31 @@ def test_an_unpinned_layout_past_memory_names_only_remedies_that_may_fit(tmp_pat
         assert cli.main(argv) == 0, capsys.readouterr().err
 
 
+@pytest.mark.parametrize("case", _UNPINNED_PAST_MEMORY)
+def test_a_search_that_gives_up_names_the_same_remedies(tmp_path, capsys, monkeypatch, case):
+    """Left open by the forty-eighth session: a search that stopped with nothing that fits
+    (NOTHING_FITS_WORK × its limit) offered more devices, another micro-batch
+    and pins below the reserve, where none can fit. Its line ends with the remedies the
+    refusal of `test_an_unpinned_layout_past_memory_names_only_remedies_that_may_fit` gives
+    below a floor; elsewhere with every change that may fit."""
+    from pipeplan import solver
+
+    # Where a search of a cluster of thousands of devices gives up: here every search at once.
+    monkeypatch.setattr(solver._Run, "search", lambda run: setattr(run, "gave_up", True))
+    given, remedy, _ = _UNPINNED_PAST_MEMORY[case]
+    if not remedy.startswith(_RESERVE):  # no floor: more devices may fit, and more
+        remedy = (
+            "(use devices with more memory, more devices or a smaller micro-batch, or pin a "
+            "layout that fits: --stages, --boundaries, --micro-batches)"
+        )
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    argv = ["plan", "--profile", str(profile), "--epochs", "3", "--samples", "6400"]
+    argv += ["--global-batch", "64", *given.split(), "--out", str(tmp_path / "plan.json")]
+    refused(argv, tmp_path, capsys, ("no layout that fits memory was found in any layout in ",
+                                     f" {remedy}"))  # fmt: skip
+
+
 def test_micro_batches_past_a_size_that_ran_out_of_memory_are_said_so(tmp_path, capsys):
     """The sixty-fifth round's line where the profile's limit is a size that ran out of
     memory: that is the reason given, and profiling larger sizes is no remedy offered."""
