@@ -46,6 +46,7 @@ from pipeplan.formats import (
     PhaseDecision,
     PhaseRecord,
     Plan,
+    PlanInputs,
     Precision,
     Pricing,
     Profile,
@@ -62,6 +63,7 @@ from pipeplan.formats.base import (
     read_input,
     text_sha256,
 )
+from pipeplan.formats.cluster import DEFAULT_CACHE_BUDGET_BYTES
 from pipeplan.formats.presets import config_path
 from pipeplan.formats.profile import (
     FedInput,
@@ -294,21 +296,65 @@ def _matching_flags(have: FedInput, fed: FedInput) -> tuple[str, FedInput]:
 
 def _replan(cfg: RunConfig, plan: Plan | None = None) -> str:
     """The re-plan a new profile needs beside --plan (`check_plan` refuses a plan made from
-    another profile), for the cluster, samples, epochs and batch the run is held to (its
-    --plan's, `plan` when read already, and its own): `then re-plan with it …: pipeplan plan
+    another profile), as the run's --plan (`plan` when read already) was made, for the epochs
+    and batch the run is held to (`replan_flags`): `then re-plan with it …: pipeplan plan
     --profile P.json --nodes 1 … --out P-plan.json, and pass --profile P.json --plan
     P-plan.json`."""
     assert cfg.plan is not None
     inputs = (plan if plan is not None else load(Plan, cfg.plan)).inputs
-    command = (
-        f"pipeplan plan --profile P.json --nodes {inputs.cluster.nodes} --devices-per-node "
-        f"{inputs.cluster.devices_per_node} --epochs {cfg.epochs} --global-batch "
-        f"{cfg.global_batch} --samples {inputs.samples} --out P-plan.json"
-    )
+    command = f"pipeplan plan --profile P.json {replan_flags(inputs, cfg)} --out P-plan.json"
     return (
         f"then re-plan with it as {cfg.plan} was made (a plan is priced with one profile): "
         f"{command}, and pass --profile P.json --plan P-plan.json"
     )
+
+
+# The `pipeplan plan` flag of each pin a plan records (`PlanInputs.pinned`); the replica count
+# is pinned by the plan's own comparisons, never by a flag.
+PIN_FLAGS = {
+    "num_stages": "--stages",
+    "micro_batches": "--micro-batches",
+    "schedule": "--schedule",
+    "boundaries": "--boundaries",
+}
+
+
+def replan_flags(inputs: PlanInputs, cfg: RunConfig) -> str:
+    """The `pipeplan plan` flags that plan again what `inputs` planned, for the epochs and
+    global batch of the run `cfg`: the cluster's devices and memory, its cache budget, the
+    samples, the freeze schedule, the cache and the pins. The links are left to the new
+    profile (measured there, as the first plan's were, or its defaults). Found open by the
+    forty-eighth session: the re-plan a profile mismatch suggested dropped the plan's freeze
+    schedule and pins, and planned another run.
+
+        replan_flags(plan.inputs, cfg)
+        # "--nodes 1 --devices-per-node 2 --device-memory 100MiB --epochs 3 --global-batch 32
+        # --samples 1438 --freeze-schedule 0,2,2 --stages 2"
+    """
+    cluster, freeze = inputs.cluster, inputs.freeze
+    flags = [
+        f"--nodes {cluster.nodes} --devices-per-node {cluster.devices_per_node}",
+        f"--device-memory {format_bytes(cluster.device_memory_bytes)}",
+        f"--epochs {cfg.epochs} --global-batch {cfg.global_batch} --samples {inputs.samples}",
+    ]
+    if cluster.cache_budget_bytes != DEFAULT_CACHE_BUDGET_BYTES:
+        flags.append(f"--cache-budget {format_bytes(cluster.cache_budget_bytes)}")
+    if freeze.source in ("list", "trajectory"):
+        flags.append("--freeze-schedule " + ",".join(map(str, freeze.frozen_layers)))
+    elif freeze.source == "none":
+        flags.append("--freeze none")
+    else:  # the α bound, or the earliest AutoFreeze freezes under it
+        flags.append(f"--freeze {'auto' if freeze.source == 'autofreeze' else 'alpha'}")
+        flags.append(f"--alpha {freeze.alpha!r}")
+    if not inputs.cache:
+        flags.append("--no-cache")
+    for key, flag in PIN_FLAGS.items():
+        value = inputs.pinned.get(key)
+        if value is not None:
+            flags.append(
+                f"{flag} {','.join(map(str, value)) if isinstance(value, list) else value}"
+            )
+    return " ".join(flags)
 
 
 def fed_input(seq: LayerSequence, cfg: RunConfig) -> FedInput:

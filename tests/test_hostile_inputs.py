@@ -30,9 +30,9 @@ from executor.data import TaskData, TensorPairs, check_compatible
 from executor.parallel import StepMean
 from executor.planning import shipped_profile
 from pipeplan import models
-from pipeplan.cluster import parse_bandwidth
+from pipeplan.cluster import format_bytes, parse_bandwidth
 from pipeplan.errors import BadArgumentError, InputFileError
-from pipeplan.formats import Profile, RunConfig, load
+from pipeplan.formats import Plan, Profile, RunConfig, load
 from pipeplan.formats.base import MAX_BANDWIDTH, MIN_BANDWIDTH
 
 IGNORE = models.IGNORE_INDEX
@@ -3311,13 +3311,57 @@ def test_a_runs_refusals_suggest_one_profile_command_for_its_ranks(
     shape = ["--devices-per-node", str(nproc), "--epochs", "1", "--global-batch", "8"]
     assert cli.main(["plan", *other, *shape, "--samples", "4096", "--out", str(plan)]) == 0
     capsys.readouterr()
+    memory = format_bytes(load(Plan, plan).inputs.cluster.device_memory_bytes)
     replan = (
         f"; profile this model: {command}, then re-plan with it as {plan} was made (a plan is "
         f"priced with one profile): pipeplan plan --profile P.json --nodes 1 --devices-per-node "
-        f"{nproc} --epochs 1 --global-batch 8 --samples 4096 --out P-plan.json, and pass "
-        "--profile P.json --plan P-plan.json"
+        f"{nproc} --device-memory {memory} --epochs 1 --global-batch 8 --samples 4096 --freeze "
+        "alpha --alpha 0.3 --out P-plan.json, and pass --profile P.json --plan P-plan.json"
     )
     refused([*argv, *other, "--plan", str(plan)], tmp_path, capsys, replan)
+
+
+# `pipeplan plan` flags, each set a plan's re-plan must carry (`planning.replan_flags`).
+_PLANNED_WITH = {
+    "defaults": "",
+    "none, no cache": "--freeze none --no-cache --device-memory 300MiB",
+    "alpha": "--freeze alpha --alpha 0.25 --cache-budget 3MiB",
+    "auto": "--freeze auto --alpha 0.125",
+    "a list, pins": "--freeze-schedule 0,2,2 --stages 2 --micro-batches 2 --schedule gpipe",
+    "boundaries": "--freeze-schedule 0,1,3 --boundaries 0,2,6 --device-memory 1000000000",
+    "a trajectory": "--freeze-schedule TRAJECTORY",
+}
+
+
+@pytest.mark.parametrize("case", _PLANNED_WITH)
+def test_a_suggested_replan_plans_what_the_plan_planned(tmp_path, capsys, case):
+    """Left open by the forty-eighth session: the re-plan a profile mismatch beside --plan
+    suggests (`_replan`) gave the cluster's size, epochs, batch and samples only: the plan's
+    freeze schedule, cache, device memory and pins were dropped, and the run then followed
+    another plan. Followed with the same profile, its flags plan the same inputs and phases
+    (a trajectory file's schedule as the list it gave)."""
+    from executor.planning import replan_flags
+
+    trajectory = tmp_path / "t.json"
+    trajectory.write_text(json.dumps({"frozen_layers": [0, 3, 4]}))
+    given = _PLANNED_WITH[case].replace("TRAJECTORY", str(trajectory)).split()
+    profile = str(shipped_profile("bert-tiny", "cpu"))
+    common = ["--profile", profile, "--devices-per-node", "2", "--epochs", "3"]
+    common += ["--global-batch", "8", "--samples", "4096"]
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    assert cli.main(["plan", *common, *given, "--out", str(first)]) == 0
+    planned = load(Plan, first)
+    cfg = RunConfig(model="bert-tiny", data="synth-text", nproc=2, epochs=3, global_batch=8)
+    flags = replan_flags(planned.inputs, cfg).split()
+    assert cli.main(["plan", "--profile", profile, *flags, "--out", str(second)]) == 0, flags
+    capsys.readouterr()
+    again = load(Plan, second)
+    if case == "a trajectory":
+        assert planned.inputs.freeze.source == "trajectory"
+        assert again.inputs.freeze.frozen_layers == planned.inputs.freeze.frozen_layers
+        update = {"freeze": planned.inputs.freeze}
+        again = again.model_copy(update={"inputs": again.inputs.model_copy(update=update)})
+    assert again == planned
 
 
 def test_a_plans_run_of_a_folder_without_a_profile_is_told_to_pass_the_plans(
