@@ -870,6 +870,29 @@ def test_a_search_that_gives_up_names_the_same_remedies(tmp_path, capsys, monkey
                                      f" {remedy}"))  # fmt: skip
 
 
+def test_a_long_bad_list_is_quoted_short_and_the_reason_kept(tmp_path, capsys):
+    """Found by the sixty-ninth round: a plan's boundaries of 10,001 entries, or a profile's
+    19,999 micro-batch sizes, were written whole into the message; the line, cut at its
+    16 KiB bound, lost the reason ("must be strictly increasing"). A list is quoted short
+    (`errors.quoted`) and the reason stays: a line of a few hundred characters."""
+    profile = tmp_path / "profile.json"
+    sizes = list(range(1, 20_000))
+    profile.write_text(json.dumps(with_path(PROFILE, ("settings", "micro_batches"), sizes)))
+    argv = ["preview", "--profile", str(profile), *PREVIEW]
+    refused(argv, tmp_path, capsys, ("settings.micro_batches is [1, 2, 3,", "a layer is timed at"))
+    plan = tmp_path / "plan.json"
+    argv = ["plan", "--profile", str(shipped_profile("bert-tiny", "cpu")), *PREVIEW]
+    assert cli.main([*argv, "--out", str(plan)]) == 0
+    doc = json.loads(plan.read_text())
+    doc["phases"][0]["layout"]["boundaries"] = [*range(10_000), 10]
+    plan.write_text(json.dumps(doc))
+    argv = ["run", "--plan", str(plan), "--model", "bert-tiny", "--data", "synth-text"]
+    argv += ["--name", "a", "--runs-dir", str(tmp_path / "runs"), "--prepare-only"]
+    capsys.readouterr()
+    refused(argv, tmp_path, capsys, ("boundaries", "must be strictly increasing"))
+    assert not (tmp_path / "runs" / "a").exists()
+
+
 def test_micro_batches_past_a_size_that_ran_out_of_memory_are_said_so(tmp_path, capsys):
     """The sixty-fifth round's line where the profile's limit is a size that ran out of
     memory: that is the reason given, and profiling larger sizes is no remedy offered."""

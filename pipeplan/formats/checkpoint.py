@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
+from pipeplan.errors import quoted
 from pipeplan.formats.base import (
     FLOAT32_MAX,
     MAX_COUNT,
@@ -129,8 +130,8 @@ def _check_rows(cache: CacheManifest) -> None:
     row = math.prod(cache.sample_shape) * ITEM_BYTES[cache.dtype]
     if cache.row_bytes != row:
         raise ValueError(
-            f"row_bytes {cache.row_bytes} is not a row of shape {list(cache.sample_shape)} in "
-            f"{cache.dtype} ({row} bytes)"
+            f"row_bytes {cache.row_bytes} is not a row of shape "
+            f"{quoted(list(cache.sample_shape))} in {cache.dtype} ({row} bytes)"
         )
     split, total = cache.memory_rows, cache.num_samples
     if cache.memory.rows != (0, split) or cache.spill.rows != (split, total):

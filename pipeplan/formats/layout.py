@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, ConfigDict
 
-from pipeplan.errors import BadArgumentError
+from pipeplan.errors import BadArgumentError, quoted
 from pipeplan.formats.base import NonNegInt, PosInt, Strict
 
 Schedule = Literal["gpipe", "1f1b"]
@@ -31,10 +31,11 @@ def check_boundaries(b: tuple[int, ...], num_layers: int) -> None:
     stages of at least one layer each; BadArgumentError (one line) otherwise."""
     if len(b) < 2 or b[0] != 0 or b[-1] != num_layers:
         raise BadArgumentError(
-            f"boundaries {list(b)} must start at 0 and end at {num_layers} (the layer count)"
+            f"boundaries {quoted(list(b))} must start at 0 and end at {num_layers} (the layer "
+            "count)"
         )
     if any(x >= y for x, y in itertools.pairwise(b)):
-        raise BadArgumentError(f"boundaries {list(b)} must be strictly increasing")
+        raise BadArgumentError(f"boundaries {quoted(list(b))} must be strictly increasing")
 
 
 def _split_layers(b: tuple[int, ...]) -> tuple[int, ...]:
@@ -45,11 +46,13 @@ def _split_layers(b: tuple[int, ...]) -> tuple[int, ...]:
     was refused for '1 predicted stages for a -1-stage layout', not for its boundaries."""
     if len(b) < 2 or b[0] != 0:
         raise ValueError(
-            f"{list(b)} must start at 0 and end at the layer count (at least 2 entries: "
+            f"{quoted(list(b))} must start at 0 and end at the layer count (at least 2 entries: "
             "stage s holds layers boundaries[s] up to boundaries[s+1])"
         )
     if any(x >= y for x, y in itertools.pairwise(b)):
-        raise ValueError(f"{list(b)} must be strictly increasing (every stage holds a layer)")
+        raise ValueError(
+            f"{quoted(list(b))} must be strictly increasing (every stage holds a layer)"
+        )
     return b
 
 
@@ -69,9 +72,9 @@ def check_rank_order(rank_map: tuple[tuple[int, ...], ...]) -> None:
     for replica, row in enumerate(rank_map):
         if list(row) != sorted(row):
             raise BadArgumentError(
-                f"rank_map {[list(r) for r in rank_map]}: replica {replica}'s stages are on ranks "
-                f"{list(row)}, but a replica's stages run on increasing ranks (its pipeline "
-                "group numbers them in rank order)"
+                f"rank_map {quoted([list(r) for r in rank_map])}: replica {replica}'s stages are "
+                f"on ranks {quoted(list(row))}, but a replica's stages run on increasing ranks "
+                "(its pipeline group numbers them in rank order)"
             )
 
 
@@ -151,7 +154,7 @@ class Layout(Strict):
             # of it frozen it would have nothing left to run.
             raise BadArgumentError(
                 f"a cached layout's stage 0 must hold a layer that trains, but its "
-                f"{self.frozen_layers} frozen layers cover stage 0 (boundaries {list(b)})"
+                f"{self.frozen_layers} frozen layers cover stage 0 (boundaries {quoted(list(b))})"
             )
         active = S - self.forward_only_stages
         if self.schedule == "1f1b" and self.micro_batches < active:

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from pipeplan.errors import BadArgumentError
+from pipeplan.errors import BadArgumentError, quoted
 from pipeplan.formats.base import (
     MAX_COUNT,
     MAX_EPOCHS,
@@ -77,7 +77,7 @@ def check_stages(layout: Layout, stages: list[StagePlan] | None) -> None:
             # Both sides, so an edit of either says which layers disagree.
             raise ValueError(
                 f"predicted stage {s} holds layers {stage.first_layer}..{stage.stop_layer}, but "
-                f"the layout's boundaries {list(b)} give it {b[s]}..{b[s + 1]}"
+                f"the layout's boundaries {quoted(list(b))} give it {b[s]}..{b[s + 1]}"
             )
 
 

@@ -389,7 +389,8 @@ class LinkFit(Strict):
         sizes = [s.bytes for s in self.samples]
         if sizes != sorted(set(sizes)):
             raise ValueError(
-                f"samples have bytes {sizes}: one sample per message size, in increasing order"
+                f"samples have bytes {quoted(sizes)}: one sample per message size, in "
+                "increasing order"
             )
         for i, sample in enumerate(self.samples):
             if sample.time_s < MIN_MEASURED_S:
@@ -1041,8 +1042,9 @@ class Profile(Versioned):
             timed = [t.micro_batch for t in layer.timings]
             if timed != sizes:
                 raise ValueError(
-                    f"settings.micro_batches is {sizes} but layers.{layer.index}.timings are "
-                    f"for micro-batch sizes {timed}: a layer is timed at each listed size"
+                    f"settings.micro_batches is {quoted(sizes)} but layers.{layer.index}.timings "
+                    f"are for micro-batch sizes {quoted(timed)}: a layer is timed at each listed "
+                    "size"
                 )
         return self
 
