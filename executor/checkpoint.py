@@ -1028,20 +1028,25 @@ def _first_usable(
         elif notice and purpose != "report":  # report never said it: no new line where it reads
             _say_newer(newest, candidates, purpose)
         return path, value
-    raise _none_left(run_dir, errors)
+    raise _none_left(run_dir, errors, purpose)
 
 
 # How many older checkpoints' defects the line names (a run keeps KEEP; more are by hand).
 NAMED_OLDER = 3
 
 
-def _none_left(run_dir: Path, errors: dict[Path, InputFileError]) -> InputFileError:
+def _none_left(
+    run_dir: Path, errors: dict[Path, InputFileError], purpose: str = "resume"
+) -> InputFileError:
     """The one line when no checkpoint of the run verifies: why the newest does not (the
     first of `errors`), why each older one does not either, those an earlier resume set aside
     (`UNUSABLE`), and what is left to do. Naming the newest alone read as if removing it would
     do, where it was the last: the only checkpoint, or the one left after a fallback resume
     moved the newer aside (the thirty-fifth and thirty-sixth rounds); naming the older ones
-    without their defects left the user to find each (the fifty-second round).
+    without their defects left the user to find each (the fifty-second round). The remedy is
+    `purpose`'s: only a resume is told to delete the run and run it again; an export or a
+    report was told so too, which deletes a finished run's model/ and records (the
+    sixty-ninth round).
 
         _none_left(run_dir, {step_4: error})
         # "…/step-4/model.pt: checksum mismatch (…); unusable-step-6 was set aside before (it
@@ -1063,11 +1068,25 @@ def _none_left(run_dir: Path, errors: dict[Path, InputFileError]) -> InputFileEr
         were = "was" if len(aside) == 1 else "were"
         it = "it" if len(aside) == 1 else "they"
         said.append(f"{', '.join(aside)} {were} set aside before ({it} did not verify)")
-    said.append(
+    said.append(_nothing_left[purpose](run_dir))
+    return InputFileError("; ".join(said))
+
+
+def _final_model(run_dir: Path) -> str:
+    if (run_dir / "model").is_dir():
+        return f": {run_dir / 'model'}, which the run wrote as it ended, holds its final weights"
+    return ""
+
+
+# The end of `_none_left`'s line, by purpose (USING_OLDER's keys).
+_nothing_left: dict[str, Callable[[Path], str]] = {
+    "resume": lambda run_dir: (
         "no checkpoint of this run is left to continue from: delete "
         f"{shlex.quote(str(run_dir))} to run it again"
-    )
-    return InputFileError("; ".join(said))
+    ),
+    "export": lambda run_dir: "no checkpoint of this run is left to export" + _final_model(run_dir),
+    "report": lambda run_dir: "no checkpoint of this run is left to check its records against",
+}
 
 
 # What a resume that fell back names the checkpoints it passed over, moved aside in

@@ -4391,10 +4391,24 @@ def test_the_last_checkpoint_unusable_says_none_is_left(
         f"pipeplan: error: {checkpoints / left / 'model.pt'}: checksum mismatch (corrupted or "
         "replaced); ",
         *aside,
-        f"; no checkpoint of this run is left to continue from: delete {run} to run it again",
+        f"; {_none_left(command, run)}",
     )
     refused(argv, tmp_path, capsys, said)
     assert not (tmp_path / "out").exists()
+
+
+def _none_left(command: str, run: Path) -> str:
+    """What is left to do where no checkpoint of the finished `run` verifies, as `command`
+    says it: only a resume is told to delete the run (the sixty-ninth round: export was too,
+    which deletes the model/ the run wrote as it ended)."""
+    assert (run / "model" / "config.json").is_file()
+    return {
+        "resume": f"no checkpoint of this run is left to continue from: delete {run} to run it "
+        "again",
+        "export": f"no checkpoint of this run is left to export: {run / 'model'}, which the run "
+        "wrote as it ended, holds its final weights",
+        "report": "no checkpoint of this run is left to check its records against",
+    }[command]
 
 
 @pytest.mark.timeout(120)
@@ -4412,8 +4426,7 @@ def test_no_checkpoint_that_verifies_is_said_alike_by_every_command(
     said = (
         f"pipeplan: error: {run / 'checkpoints' / 'step-6'}: checkpoint is incomplete (no "
         "manifest.json); the older step-4 cannot be used either (checkpoint is incomplete (no "
-        "manifest.json)); no checkpoint of this run is "
-        f"left to continue from: delete {run} to run it again"
+        f"manifest.json)); {_none_left(command, run)}"
     )
     refused(_two_kept_commands(run, tmp_path)[command], tmp_path, capsys, said)
 
