@@ -1083,6 +1083,10 @@ def main(argv: list[str] | None = None) -> int:
     handlers = dict.fromkeys((signal.SIGINT, *STOP_SIGNALS), _stop)
     _said.clear()
     OUTPUT_WRITTEN.clear()
+    # As a fresh process starts: off until the root callback reads this call's --debug (a
+    # call after a `--debug` one printed a traceback for a refusal made before it: the
+    # sixty-ninth round).
+    _debug["on"] = False
     if argv is None:  # the record of arrival order, where `startup` did not make it
         watch_arrivals()
     previous = _install({signum: handlers[signum] for signum in set(handlers) - set(ignored())})

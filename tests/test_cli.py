@@ -136,6 +136,20 @@ def test_debug_after_the_subcommand_shows_the_traceback_in_a_fresh_process(capsy
     assert cli.main(["--help"]) == 0 and "--debug" in capsys.readouterr().out  # still documented
 
 
+@pytest.mark.parametrize("second", [["plan", "--out", ""], ["plan", "--out", "a", "--out", "b"]])
+def test_a_call_after_a_debug_call_refuses_as_a_fresh_process_does(capsys, second):
+    """Found by the sixty-ninth round: `cli.main(["--debug", "models"])`, then a call refused
+    before its own flags were read (an empty or repeated flag), printed a traceback before
+    its line: the first call's --debug held over. The second call says its one line, as a
+    fresh process does."""
+    assert cli.main(["--debug", "models"]) == 0
+    capsys.readouterr()
+    assert cli.main(second) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    fresh = run_cli(*second)
+    assert (fresh.returncode, fresh.stderr) == (2, line + "\n")
+
+
 def test_help_names_every_schema_and_a_model_folder_for_profile(capsys, monkeypatch):
     """Found by the sixtieth round: `schema --help` listed 6 of the 8 names `schema` takes (no
     checkpoint, data), and `profile --help`'s MODEL said "path to an HF config.json" where a
