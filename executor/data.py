@@ -719,8 +719,9 @@ def _load_user_data(spec: str, seed: int, target: str, func_name: str) -> TaskDa
         _refuse_hooks_left(spec, left, "the data function")
         with looking_at(spec, "what it returned"):
             _refuse_awaitables(result, spec)
-    if getattr(module, "__file__", None):  # what `helper_files` picks the user's files from
-        _BROUGHT_IN[Path(module.__file__).resolve()] = before
+    file = getattr(module, "__file__", None)
+    if type(file) is str and file:  # what `helper_files` picks the user's files from
+        _BROUGHT_IN[Path(file).resolve()] = before
     with looking_at(spec, "what it returned"):
         return _as_task_data(result, spec)
 
@@ -1963,7 +1964,8 @@ def _code_of_its_module(function: Any, made_in: str) -> bool:
     if made_in.startswith("<"):
         return True
     file = getattr(home, "__file__", None)
-    return isinstance(file, str) and os.path.realpath(file) == os.path.realpath(made_in)
+    # A plain str only: a str subclass's methods may raise (the sixty-ninth round).
+    return type(file) is str and os.path.realpath(file) == os.path.realpath(made_in)
 
 
 def _classes_code_is_its_own(cls: type) -> bool:
@@ -2006,7 +2008,7 @@ def _patched_so(name: str, new: Any, file: Path) -> bool:
 def _module_file(module: Any) -> Path | None:
     """The resolved file of the imported module named `module`, None if there is none."""
     file = getattr(sys.modules.get(module) if isinstance(module, str) else None, "__file__", None)
-    return Path(file).resolve() if isinstance(file, str) else None
+    return Path(file).resolve() if type(file) is str else None  # no str subclass's methods
 
 
 def _in_package(file: Path, name: str) -> bool:
@@ -2299,7 +2301,7 @@ def _planted(before: list[tuple[str, Any, dict[str, Any]]]) -> list[tuple[str, s
     decided: dict[tuple[str, int, str], bool] = {}
 
     def users_file(file: Any, package: str) -> bool:
-        if not isinstance(file, str) or file.startswith("<"):
+        if type(file) is not str or file.startswith("<"):  # a str subclass is no file
             return False
         if (file, package) not in files:
             # Installed code's files are named under the installed folders as they are:
@@ -5244,6 +5246,22 @@ def module_file(spec: str) -> Path | None:
 
         module_file("reviews:load")   # Path("/home/me/examples/reviews.py") in examples/
     """
+    place = module_place(spec)
+    if place is None:
+        return None
+    path = place.resolve()
+    return path if path.is_file() else None
+
+
+def module_place(spec: str) -> Path | None:
+    """Where `--data module:function` imports its module from, absolute and unresolved: the
+    file under the sys.path entry that finds it (`module_file` is where it resolves to). A
+    link there (`mydata.py -> ../ext/real.py`, a package `pkg` that is a link to a folder
+    elsewhere) is the user's module in the user's folder: `module_root` is taken from this
+    place, not from the link's target. None as for `module_file`.
+
+        module_place("mydata:load")   # Path("/home/me/mydata.py"), even a link to /ext/real.py
+    """
     target = spec.rpartition(":")[0]
     if not target or _names_a_file(target) or spec in BUILTINS:
         return None
@@ -5252,10 +5270,9 @@ def module_file(spec: str) -> Path | None:
             found = importlib.util.find_spec(target)  # a package's parents are imported
     except Exception:  # not found, or a parent that fails to import: the import says why
         return None
-    if found is None or not found.has_location or found.origin is None:
+    if found is None or not found.has_location or type(found.origin) is not str:
         return None
-    path = Path(found.origin).resolve()
-    return path if path.is_file() else None
+    return Path(found.origin).absolute()
 
 
 # What sys.modules held before each data module was imported, by the module's file: the
@@ -5281,20 +5298,27 @@ def main_file(spec: str) -> Path | None:
 
 
 def module_root(spec: str) -> Path | None:
-    """The folder the user's data code lives in: the one `path/file.py` is in, or the one a
-    module is imported from (for `pkg.sub:load` the folder holding `pkg/`). The modules of
-    its tree that the data brings in are the user's: `helper_files`.
+    """The folder the user's data code lives in (resolved): the one `path/file.py` is in, or
+    the one a module is imported from (for `pkg.sub:load` the folder holding `pkg/`). The
+    modules of its tree that the data brings in are the user's: `helper_files`. Taken from
+    where the module is imported from, not from where it resolves to: found by the
+    sixty-ninth round, a data module that is a link (`mydata.py -> ../ext/real.py`, or a
+    package `pkg` linked to a folder elsewhere) made the link's target folder the user's,
+    and a helper beside the link was neither recorded in data.json nor checked by a resume,
+    nor imported again by the next API call after an edit.
 
         module_root("pkg.sub:load")   # Path("/home/me") for /home/me/pkg/sub.py
     """
-    file = main_file(spec)
-    if file is None:
+    if main_file(spec) is None:
         return None
     target = spec.rpartition(":")[0]
     if _names_a_file(target):
-        return file.parent
-    depth = target.count(".") + (1 if file.name == "__init__.py" else 0)
-    return file.parents[depth] if depth < len(file.parents) else None
+        return Path(target).parent.resolve()
+    place = module_place(spec)
+    if place is None:
+        return None
+    depth = target.count(".") + (1 if place.name == "__init__.py" else 0)
+    return place.parents[depth].resolve() if depth < len(place.parents) else None
 
 
 def _installed_folders() -> list[Path]:
@@ -5367,13 +5391,16 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
         if name.partition(".")[0] in OWN_PACKAGES:  # never the user's (`_append_data_directory`)
             continue
         file = getattr(sys.modules.get(name), "__file__", None)
-        if not isinstance(file, str) or not file.endswith(".py"):
+        # Only a plain str is a file name: a str subclass's own methods may raise (the
+        # sixty-ninth round: a traceback of the scan); it is no file of the user's.
+        if type(file) is not str or not file.endswith(".py"):
             continue
         where = located(file, folders)
         if where is None:
             continue
         path = _recorded_file(*where, root, installed, (".py",))
-        if path is not None and path != main and _is_file(path):
+        # The data module at its own place (a link to it: `main` is where it resolves).
+        if path is not None and main not in (path, Path(where[1])) and _is_file(path):
             files.add(path)
     return sorted(files)
 
@@ -5436,8 +5463,8 @@ def _user_modules(target: str, spec: str) -> dict[str, Path]:
     under_root = os.path.join(str(root), "")  # "/home/me/": how a file under it starts
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
-        if not isinstance(file, str) or name in ("__main__", "__mp_main__"):
-            continue  # the user's running script is never imported afresh
+        if type(file) is not str or name in ("__main__", "__mp_main__"):
+            continue  # the user's running script is never imported afresh; no plain str, no file
         where = located(file, folders)
         if where is None or (name != target and not any(p.startswith(under_root) for p in where)):
             continue  # outside the data's folder (torch's, Python's): decided by the text
@@ -5473,20 +5500,21 @@ def located(file: str, folders: dict[str, str]) -> tuple[str, str] | None:
 def _recorded_file(
     imported: str, real: str, root: Path, installed: list[Path], suffixes: tuple[str, ...]
 ) -> Path | None:
-    """A module's file (`located`) if it is the user's, as recorded: where it resolves, if
-    `_user_file` there; else where it was imported from, if that is in the data's folder and
-    it resolves to no installed code (a link there, to a helper or a package kept elsewhere,
-    is the user's: edited, it was not imported again by the next API call, nor recorded in
-    data.json, the sixty-eighth round; recorded by its place, which a resume finds in the
-    data's folder, and read through the link). None where it is not the user's."""
-    if _user_file(Path(real), root, installed, suffixes):
-        return Path(real)
-    if (
-        imported != real
-        and _user_file(Path(imported), root, installed, suffixes)
-        and not any(Path(real).is_relative_to(folder) for folder in installed)
+    """A module's file (`located`) if it is the user's, as recorded: where it was imported
+    from, if that is in the data's folder and it resolves to no installed code; else where it
+    resolves, if `_user_file` there. A link in the data's folder, to a helper or a package
+    kept elsewhere, is the user's: edited, it was not imported again by the next API call,
+    nor recorded in data.json (the sixty-eighth round). A link to another file of the folder
+    alike: recorded by its target, a resume did not see it pointed at another file of the
+    folder (the sixty-ninth round). Recorded by its place, which a resume finds in the data's
+    folder and reads through the link: retargeted to other content, the place's sha256 is
+    not the recorded one. None where it is not the user's."""
+    if _user_file(Path(imported), root, installed, suffixes) and not any(
+        Path(real).is_relative_to(folder) for folder in installed
     ):
         return Path(imported)
+    if _user_file(Path(real), root, installed, suffixes):
+        return Path(real)
     return None
 
 
@@ -5511,7 +5539,7 @@ def _forget_if_edited(target: str, spec: str) -> None:
     now = {
         name: file_state(Path(where[1]))
         for name in files
-        if isinstance(file := getattr(sys.modules.get(name), "__file__", None), str)
+        if type(file := getattr(sys.modules.get(name), "__file__", None)) is str
         and (where := located(file, {})) is not None
     }
     # Of those that came in since, the ones whose file was written since the record: the

@@ -41,6 +41,7 @@ from executor.data import (
     length,
     load_data,
     module_file,
+    module_place,
     module_root,
 )
 from pipeplan import models
@@ -264,8 +265,23 @@ def absolute_paths(cfg: RunConfig) -> RunConfig:
     if text.is_text_spec(cfg.data):
         update["data"] = ",".join(absolute(part) for part in paths["data"])
     elif paths["data"]:  # path/to/file.py:function
-        update["data"] = f"{absolute(paths['data'][0])}:{cfg.data.rpartition(':')[2]}"
+        update["data"] = f"{_placed(paths['data'][0])}:{cfg.data.rpartition(':')[2]}"
     return cfg.model_copy(update=update)
+
+
+def _placed(value: str) -> str:
+    """`path/to/file.py` absolute, its folder resolved and the file itself not: a link there
+    (`mydata.py -> ../ext/real.py`) is the user's module in the user's folder, whose helpers
+    beside it are the run's (`data.module_root`). Found by the sixty-ninth round: resolved,
+    run.json named the link's target, and a helper beside the link was neither recorded nor
+    checked by a resume.
+
+        _placed("./mydata.py")   # "/home/me/mydata.py", a link to /ext/real.py or not
+    """
+    path = Path(value)
+    if path.name in ("", ".", ".."):
+        return str(path.resolve())
+    return str(path.parent.resolve() / path.name)
 
 
 def check_recorded_paths(run_dir: Path, cfg: RunConfig) -> None:
@@ -759,6 +775,19 @@ def label_names(cfg: RunConfig) -> list[str] | None:
     return None if names is None else models.label_order(cfg.model, names)
 
 
+def _link_to_module(spec: str) -> Path | None:
+    """The first link on the way from the folder `module:function` is imported from to its
+    module's file (`pkg` of /home/me/pkg/sub.py, or mydata.py itself), None if none."""
+    place = module_place(spec)
+    if place is None:
+        return None
+    depth = spec.rpartition(":")[0].count(".") + (1 if place.name == "__init__.py" else 0)
+    for step in reversed(place.parents[:depth]) if depth else ():
+        if step.is_symlink():
+            return step
+    return place if place.is_symlink() else None
+
+
 def check_data_module(path: Path, spec: str, listed: list[str], found: list[str]) -> None:
     """`module:function` data: the module this process imports (`found`, `read_files`) is the
     file data.json lists (`listed`). The same name found elsewhere, or not at all, is other
@@ -781,6 +810,16 @@ def check_data_module(path: Path, spec: str, listed: list[str], found: list[str]
         raise InputFileError(
             f"{recorded}: the run's data module '{module}' ({path} lists it), now {what}; "
             "put the file back or start a new run"
+        )
+    link = _link_to_module(spec)
+    if link is not None and found:
+        # The module is imported through a link here (itself, or its package's folder),
+        # pointed elsewhere since (the sixty-ninth round: "restore data.json", which was
+        # never edited): the link is named.
+        raise InputFileError(
+            f"{link}: the run's data module '{module}' ({path} lists {listed[0]}) is "
+            f"imported through this link, now to {os.path.realpath(link)}; put the link "
+            "back or start a new run"
         )
     root = module_root(spec)
     if root is not None and Path(listed[0]).is_relative_to(root):

@@ -2192,6 +2192,240 @@ def test_a_helper_module_data_imports_edited_is_refused(tmp_path, capsys, monkey
         sys.modules.pop(name, None)
 
 
+# The sixty-ninth round's data: its samples scaled by a helper module of the user's, beside
+# the data module (`import rt69_helper`), so that an edit of the helper is other data.
+LINKED_DATA = "import rt69_helper as helper\n" + DATA_MODULE.format(draw=1).replace(
+    "y = ", "x = x * helper.SCALE\n    y = "
+)
+RT69_NAMES = (
+    "rt69_helper",
+    "rt69_mydata",
+    "rt69_pkg",
+    "rt69_pkg.sub",
+    "_pipeplan_data_rt69_mydata",
+)
+
+
+def _forget_rt69() -> None:
+    """The sixty-ninth round's modules out of sys.modules: as a new process, imported again."""
+    for name in RT69_NAMES:
+        sys.modules.pop(name, None)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("form", ["module", "file", "package"])
+def test_a_helper_beside_a_linked_data_module_is_recorded_and_checked(
+    tmp_path, capsys, monkeypatch, form
+):
+    """Found by the sixty-ninth round: where the data module was a link to a file kept
+    elsewhere (`work/mydata.py -> ../ext/real.py`, `--data ./mydata.py:load` alike, or a
+    package `pkg` that is a link to a folder elsewhere), the link's target folder was taken
+    for the user's folder: a helper beside the link, which the module imports, was not in
+    data.json, and a resume after it was edited trained on other data with exit 0. The
+    user's folder is where the module is imported from: the helper is recorded, and a resume
+    or an export with it edited is refused in one line naming it."""
+    work, ext = tmp_path / "work", tmp_path / "ext"
+    work.mkdir()
+    (ext / "pkgreal").mkdir(parents=True)
+    helper = work / "rt69_helper.py"
+    helper.write_text("SCALE = 1.0\n")
+    if form == "package":
+        (ext / "pkgreal" / "__init__.py").write_text("")
+        (ext / "pkgreal" / "sub.py").write_text(LINKED_DATA)
+        (work / "rt69_pkg").symlink_to(ext / "pkgreal", target_is_directory=True)
+        spec = "rt69_pkg.sub:load"
+    else:
+        (ext / "real.py").write_text(LINKED_DATA)
+        (work / "rt69_mydata.py").symlink_to(ext / "real.py")
+        spec = "rt69_mydata:load" if form == "module" else "./rt69_mydata.py:load"
+    monkeypatch.chdir(work)
+    argv = ["run", "--model", "vit-digits", "--data", spec, "--nproc", "1"]
+    try:
+        assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
+    finally:
+        _forget_rt69()
+    capsys.readouterr()
+    run = work / "runs" / "m"
+    paths = [f["path"] for f in json.loads((run / "data.json").read_text())["files"]]
+    assert str(helper) in paths, paths
+    helper.write_text("SCALE = 9.0\n")  # other samples, the same shapes
+    try:
+        for command in (["run", "--resume", str(run)], ["export", str(run), "--out", "o"]):
+            refused(command, tmp_path, capsys, (str(helper), "changed since the run started"))
+    finally:
+        _forget_rt69()
+
+
+def test_a_helper_beside_a_linked_data_module_edited_between_calls_is_imported_again(
+    tmp_path, monkeypatch
+):
+    """Found by the sixty-ninth round: with the data module a link to a file kept elsewhere,
+    a helper beside the link edited between two Python API calls was not imported again: the
+    second call's launcher checked the old helper's data while its ranks trained on the new.
+    The helper is the user's, of the folder the module is imported from: imported again."""
+    import pipeplan
+    from pipeplan.errors import PipeplanError
+
+    work, ext = tmp_path / "work", tmp_path / "ext"
+    work.mkdir()
+    ext.mkdir()
+    helper = work / "rt69_helper.py"
+    helper.write_text("WORD = 'first'\n")
+    (ext / "real.py").write_text(
+        "import rt69_helper\ndef load(seed=0):\n    raise ValueError(rt69_helper.WORD)\n"
+    )
+    (work / "rt69_mydata.py").symlink_to(ext / "real.py")
+    monkeypatch.chdir(work)
+    _forget_rt69()
+
+    def said() -> str:
+        with pytest.raises(PipeplanError) as error:
+            pipeplan.run(
+                model="vit-digits", data="rt69_mydata:load", nproc=1, name="e", runs_dir="runs"
+            )
+        return str(error.value).rpartition(": ")[2]
+
+    try:
+        assert said() == "first"
+        helper.write_text("WORD = 'second'\n")
+        stat = helper.stat()  # a later mtime, however fast the edit
+        os.utime(helper, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        assert said() == "second"
+    finally:
+        _forget_rt69()
+
+
+class _OddName(str):
+    """A module's `__file__` that is a str whose methods raise (the sixty-ninth round's)."""
+
+    def endswith(self, *args):
+        raise RuntimeError("boom")
+
+    startswith = __contains__ = __fspath__ = split = rpartition = endswith
+
+
+def test_a_module_whose_file_is_an_odd_str_is_no_users_file(tmp_path, capsys, monkeypatch):
+    """Found by the sixty-ninth round: a module in sys.modules whose `__file__` is a str
+    subclass whose methods raise (`endswith`: RuntimeError) ended `pipeplan run` with a
+    traceback of the scan for the user's modules (exit 1, no run made). Only a plain str is
+    a file name: the module is no file of the user's, the run is prepared, data.json lists
+    the data module alone, and the scans (`helper_files`, the API's `_user_modules` and
+    `_forget_if_edited`) pass it over."""
+    from executor import data as D
+
+    name = "rt69_odd"
+    (tmp_path / f"{name}.py").write_text(
+        "import sys, types\n"
+        "from test_hostile_data import _OddName\n"
+        + DATA_MODULE.format(draw=1).replace(
+            "def load(seed: int = 0):\n",
+            "def load(seed: int = 0):\n"
+            "    odd = types.ModuleType('rt69_oddmod')\n"
+            f"    odd.__file__ = _OddName({str(tmp_path / 'y.py')!r})\n"
+            "    sys.modules['rt69_oddmod'] = odd\n",
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    spec = f"{name}:load"
+    argv = ["run", "--model", "vit-digits", "--data", spec, "--nproc", "1"]
+    try:
+        code = cli.main([*argv, "--name", "m", "--prepare-only"])
+        assert code == 0 and "Traceback" not in capsys.readouterr().err
+        paths = [
+            f["path"] for f in json.loads((tmp_path / "runs/m/data.json").read_text())["files"]
+        ]
+        assert paths == [str(tmp_path / f"{name}.py")]
+        assert "rt69_oddmod" in sys.modules
+        assert D.helper_files(spec) == []
+        assert "rt69_oddmod" not in D._user_modules(name, spec)
+        D._remember_files(name, spec)
+        D._forget_if_edited(name, spec)
+    finally:
+        for gone in (name, "rt69_oddmod"):
+            sys.modules.pop(gone, None)
+
+
+@pytest.mark.timeout(120)
+def test_a_link_in_the_datas_folder_retargeted_since_the_run_is_refused(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the sixty-ninth round: a helper that is a link to another file of the data's
+    folder (`helper.py -> lib/helper_v1.py`) was recorded by its target, so pointed at
+    another file of the folder older than the run (`lib/helper_v2.py`), a resume and an
+    export trained on other data with exit 0. The link is recorded by its place, with its
+    target's sha256: retargeted to other content it is refused in one line naming the link;
+    to a copy of the same content, the data is the run's."""
+    from executor.task import check_data, read_run_config
+
+    work = tmp_path / "work"
+    (work / "lib").mkdir(parents=True)
+    (work / "lib" / "helper_v1.py").write_text("SCALE = 1.0\n")
+    (work / "lib" / "helper_v2.py").write_text("SCALE = 9.0\n")
+    (work / "lib" / "copy.py").write_text("SCALE = 1.0\n")
+    helper = work / "rt69_helper.py"
+    helper.symlink_to("lib/helper_v1.py")
+    (work / "rt69_mydata.py").write_text(LINKED_DATA)
+    monkeypatch.chdir(work)
+    argv = ["run", "--model", "vit-digits", "--data", "rt69_mydata:load", "--nproc", "1"]
+    try:
+        assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
+    finally:
+        _forget_rt69()
+    capsys.readouterr()
+    run = work / "runs" / "m"
+    paths = [f["path"] for f in json.loads((run / "data.json").read_text())["files"]]
+    assert paths == [str(work / "rt69_mydata.py"), str(helper)]
+    helper.unlink()
+    helper.symlink_to("lib/helper_v2.py")
+    try:
+        for command in (["run", "--resume", str(run)], ["export", str(run), "--out", "o"]):
+            refused(command, tmp_path, capsys, (str(helper), "changed since the run started"))
+        helper.unlink()
+        helper.symlink_to("lib/copy.py")
+        check_data(run, read_run_config(run))  # the same content: the run's data
+    finally:
+        _forget_rt69()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("form", ["module", "package"])
+def test_a_data_module_link_retargeted_since_the_run_is_named(tmp_path, capsys, monkeypatch, form):
+    """Found by the sixty-ninth round: the data module a link in its folder (`mydata.py ->
+    mydata_v1.py`), pointed at another module of the folder since the run, was refused as
+    "data.json: files lacks '…/mydata_v2.py' … restore data.json", which was never edited.
+    The link is named, and what it points at now (a package's folder linked alike)."""
+    work = tmp_path / "work"
+    for version in (1, 2):
+        folder = work / f"pkg_v{version}"
+        folder.mkdir(parents=True)
+        (folder / "__init__.py").write_text("")
+        (folder / "sub.py").write_text(DATA_MODULE.format(draw=version))
+        (work / f"mydata_v{version}.py").write_text(DATA_MODULE.format(draw=version))
+    link, was, now = (
+        (work / "rt69_mydata.py", "mydata_v1.py", "mydata_v2.py")
+        if form == "module"
+        else (work / "rt69_pkg", "pkg_v1", "pkg_v2")
+    )
+    link.symlink_to(was)
+    spec = "rt69_mydata:load" if form == "module" else "rt69_pkg.sub:load"
+    monkeypatch.chdir(work)
+    argv = ["run", "--model", "vit-digits", "--data", spec, "--nproc", "1"]
+    try:
+        assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
+    finally:
+        _forget_rt69()
+    capsys.readouterr()
+    run = work / "runs" / "m"
+    link.unlink()
+    link.symlink_to(now)
+    said = (f"{link}: the run's data module", f"now to {work / now}", "put the link back")
+    try:
+        for command in (["run", "--resume", str(run)], ["export", str(run), "--out", "o"]):
+            refused(command, tmp_path, capsys, said)
+    finally:
+        _forget_rt69()
+
+
 # The ranks are `python -m executor.launch`, started in the user's directory: `-m` put it first
 # on sys.path, while the launcher appends it for the data module alone (twenty-eighth round).
 
