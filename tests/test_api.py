@@ -624,7 +624,12 @@ try:
     said = "completed"
 except Stopped as exc:
     said = str(exc)
-left = sorted(str(p) for where in (".", os.environ["TMPDIR"]) for p in Path(where).rglob("*"))
+# torch's own cache folder, which its first `import torch._dynamo` in a process makes in
+# TMPDIR unless TORCHINDUCTOR_CACHE_DIR names one: torch's, not the call's to undo.
+left = sorted(
+    str(p) for where in (".", os.environ["TMPDIR"]) for p in Path(where).rglob("*")
+    if not any(part.startswith("torchinductor_") for part in p.parts)
+)
 again = call() is not None
 handlers = [signal.getsignal(signal.SIGUSR1) is mine,
             signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN]
