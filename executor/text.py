@@ -91,6 +91,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # The small JSON files transformers reads beside tokenizer.json (tokenizer.json itself is
 # parsed by the `tokenizers` library, which names a broken one).
 TOKENIZER_JSON = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+# The largest tokenizer file read (tokenizer.json, a vocabulary, merges, a sentencepiece
+# model): the Hub's largest are about half of it (Gemma's tokenizer.json ~33 MB, XLM-R's and
+# NLLB's ~17 MB, Llama 3's ~9 MB). The `tokenizers` library holds up to about LOAD_FACTOR
+# times a tokenizer.json's size as it parses it (a 175 MB one peaked at 4.84 GB, the
+# sixty-ninth round) and aborts the process where an allocation fails, with no line at all:
+# a file past this, or one the memory left cannot parse, is refused before it is read.
+MAX_TOKENIZER_FILE_BYTES = 64 << 20
+TOKENIZER_LOAD_FACTOR = 32
 
 Row = tuple[str, Any, int]  # (text, label as written or None, line number)
 # Characters of a text the tokenizer sees, per token of --seq-len: far more than any real
@@ -1658,8 +1666,9 @@ def _check_tokenizer_json(directory: Path) -> None:
             printable(str(path))
         except ValueError as exc:
             raise InputFileError(f"{quoted(str(path))}: {exc}; rename it") from None
-        check_input_file(path, why="not a tokenizer's file")
+        check_input_file(path, MAX_TOKENIZER_FILE_BYTES, why="not a tokenizer's file")
     _check_chat_templates([p for p in entries if p.suffix == ".jinja"])
+    _check_parse_memory(directory / "tokenizer.json")
     for name in TOKENIZER_JSON:
         path = directory / name
         if not path.is_file():
@@ -1675,6 +1684,30 @@ def _check_tokenizer_json(directory: Path) -> None:
             raise InputFileError(f"{path}: cannot be read as JSON (nested too deeply)") from None
         except MemoryError:
             raise InputFileError(f"{path}: out of memory decoding it as JSON") from None
+
+
+def _check_parse_memory(path: Path) -> None:
+    """InputFileError where the `tokenizers` library could not parse tokenizer.json `path` in
+    the memory this process has left (TOKENIZER_LOAD_FACTOR times its size): under `ulimit
+    -v` it aborted the process on the allocation that failed, saying nothing, exit 134 (the
+    sixty-ninth round).
+
+        _check_parse_memory(Path("tok/tokenizer.json"))
+        # "tok/tokenizer.json: parsing it takes about 1.9 GiB (32 × its 60 MiB), more than
+        #  the 1.2 GiB this process has left of 3.0 GiB (ulimit -v); …"
+    """
+    from pipeplan.models import memory_left, memory_words, size_words
+
+    if not path.is_file():
+        return
+    size = path.stat().st_size
+    need, left = TOKENIZER_LOAD_FACTOR * size, memory_left()
+    if left is not None and need > left[0]:
+        raise InputFileError(
+            f"{path}: parsing it takes about {size_words(need)} ({TOKENIZER_LOAD_FACTOR} × its "
+            f"{size_words(size)}), more than {memory_words(left)}; run pipeplan with more "
+            "memory"
+        )
 
 
 def _first(exc: BaseException) -> str:

@@ -755,6 +755,32 @@ def test_a_tokenizer_file_that_is_not_a_regular_file(made, tmp_path, capsys, nam
     refused(argv, tmp_path, capsys, (str(tok / name), "not a regular file"))
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json"])
+def test_a_tokenizer_file_past_its_size_or_the_memory_to_parse_it_is_one_line(
+    made, tmp_path, capsys, monkeypatch, name
+):
+    """Found by the sixty-ninth round: a 175 MB tokenizer.json (8,000,100 words) was parsed
+    whole at 28× its size (4.84 GB, 90 s), and under `ulimit -v` the `tokenizers` library
+    aborted the process: exit 134, no line at all. A tokenizer file past
+    MAX_TOKENIZER_FILE_BYTES is refused from its size, unread (a sparse file here); one under
+    it that the memory left cannot parse (TOKENIZER_LOAD_FACTOR × its size) is refused in one
+    line naming both, before the library runs."""
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    with (tok / name).open("r+b") as f:
+        f.truncate(text_files.MAX_TOKENIZER_FILE_BYTES + 1)
+    refused(argv, tmp_path, capsys, (f"{tok / name}: larger than 64 MiB, not a tokenizer's",))
+    if name != "tokenizer.json":
+        return
+    shutil.copyfile(made["tokenizer"] / name, tok / name)
+    # This small file as if the library took past all the memory left to parse it.
+    monkeypatch.setattr(text_files, "TOKENIZER_LOAD_FACTOR", 1 << 40)
+    said = f"{tok / name}: parsing it takes about ", " this process has left of "
+    refused(argv, tmp_path, capsys, said)
+
+
 def _retype(path: Path, name: str, dtype: str) -> None:
     """Rewrite one tensor's dtype in a safetensors header, bytes untouched (same width)."""
     raw = path.read_bytes()
