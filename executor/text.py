@@ -1530,6 +1530,16 @@ def _load_tokenizer(
             what = f"the tokenizer_class {wanted!r} it names" if wanted else "its tokenizer"
             path = directory / "tokenizer_config.json"
             raise InputFileError(f"{path}: cannot load {what} ({_first(exc)})") from None
+        if not (directory / "tokenizer.json").is_file() and model_config is None:
+            # A vocabulary alone says not which tokenizer reads it (transformers' line listed
+            # nothing: "from one of: ", the sixty-ninth round); the model's own folder has
+            # its config.json to say so.
+            raise InputFileError(
+                f"{directory}: cannot tell which tokenizer its vocabulary is for: no "
+                "tokenizer.json, and no tokenizer_config.json naming its tokenizer_class; save "
+                "the tokenizer there with save_pretrained (it writes both), or put the "
+                "vocabulary in the model's folder"
+            ) from None
         if not (directory / "tokenizer.json").is_file():
             raise InputFileError(f"{directory}: cannot load a tokenizer ({_first(exc)})") from None
     try:

@@ -781,6 +781,20 @@ def test_a_tokenizer_file_past_its_size_or_the_memory_to_parse_it_is_one_line(
     refused(argv, tmp_path, capsys, said)
 
 
+def test_a_tokenizer_folder_of_a_vocabulary_alone_says_what_it_lacks(made, tmp_path, capsys):
+    """Found by the sixty-ninth round: `--tokenizer DIR` of a vocab.txt alone (a vocabulary
+    the README admits) was refused with transformers' "Couldn't instantiate the backend
+    tokenizer from one of: ", listing nothing. The line says what is missing: no
+    tokenizer.json, no tokenizer_config.json naming the class."""
+    vocab = json.loads((made["tokenizer"] / "tokenizer.json").read_text())["model"]["vocab"]
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "vocab.txt").write_text("".join(f"{w}\n" for w in sorted(vocab, key=vocab.get)))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    said = f"{tok}: cannot tell which tokenizer its vocabulary is for: no tokenizer.json, and "
+    refused(prepare(made, tmp_path, data, tokenizer=tok), tmp_path, capsys, said)
+
+
 def _retype(path: Path, name: str, dtype: str) -> None:
     """Rewrite one tensor's dtype in a safetensors header, bytes untouched (same width)."""
     raw = path.read_bytes()
