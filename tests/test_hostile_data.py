@@ -239,6 +239,12 @@ TOKENIZER_CONFIG_VALUES = {
     ),
     "a negative length": ({"model_max_length": -1}, "model_max_length is -1; a length in"),
     "a length as a float": ({"model_max_length": 512.0}, "model_max_length is 512.0; a length"),
+    # The sixty-ninth round: the hint named "1e+30", the refused float's own spelling.
+    "no limit as a float": (
+        {"model_max_length": 1e30},
+        "model_max_length is 1e+30; a length in tokens is an integer ≥ 1 "
+        "(1000000000000000019884624838656, an integer, for no limit)",
+    ),
     "a length below --seq-len": (
         {"model_max_length": 4},
         "model_max_length is 4, below --seq-len 12; ",

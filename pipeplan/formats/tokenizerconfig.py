@@ -123,7 +123,9 @@ TOKENIZER_RANGES: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...]
     (
         ("model_max_length", "max_len"),
         _count(1),
-        f"a length in tokens is an integer ≥ 1 ({NO_LENGTH_LIMIT:.0e}: no limit)",
+        # The no-limit value as the integer it must be written as: "1e+30" here read as the
+        # refused float's own spelling (the sixty-ninth round).
+        f"a length in tokens is an integer ≥ 1 ({NO_LENGTH_LIMIT}, an integer, for no limit)",
     ),
     (("pad_to_multiple_of",), _count(1), "a multiple is an integer ≥ 1"),
     (("pad_token_type_id",), _count(0), "a token type id is an integer ≥ 0"),
