@@ -884,13 +884,24 @@ def test_a_long_bad_list_is_quoted_short_and_the_reason_kept(tmp_path, capsys):
     argv = ["plan", "--profile", str(shipped_profile("bert-tiny", "cpu")), *PREVIEW]
     assert cli.main([*argv, "--out", str(plan)]) == 0
     doc = json.loads(plan.read_text())
-    doc["phases"][0]["layout"]["boundaries"] = [*range(10_000), 10]
-    plan.write_text(json.dumps(doc))
+    plan.write_text(json.dumps(with_path(doc, ("phases", 0, "layout", "boundaries"),
+                                         [*range(10_000), 10])))  # fmt: skip
     argv = ["run", "--plan", str(plan), "--model", "bert-tiny", "--data", "synth-text"]
     argv += ["--name", "a", "--runs-dir", str(tmp_path / "runs"), "--prepare-only"]
     capsys.readouterr()
     refused(argv, tmp_path, capsys, ("boundaries", "must be strictly increasing"))
     assert not (tmp_path / "runs" / "a").exists()
+    # The seventieth round: a pin of 300,000 boundaries was written whole (a 16 KiB line),
+    # and one of a 10^6-character schedule was refused by the union's integer branch
+    # ("Input should be a valid integer (and 2 more)"), its length unsaid.
+    for key, value, reason in [
+        ("boundaries", list(range(300_000)), "is not the pinned [0, 1, 2,"),
+        ("schedule", "g" * 10**6, "is 1000000 characters long"),
+    ]:
+        plan.write_text(json.dumps(with_path(doc, ("inputs", "pinned", key), value)))
+        refused(argv, tmp_path, capsys, ("pinned", reason))
+        assert cli.main(argv) == 2
+        assert len(capsys.readouterr().err) < 1000
 
 
 def test_micro_batches_past_a_size_that_ran_out_of_memory_are_said_so(tmp_path, capsys):

@@ -89,7 +89,7 @@ def test_a_giant_tokenizer_file(made, tmp_path, capsys, name):
     grow(tok / name)
     data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
     argv = test_hostile_data.prepare(made, tmp_path, data, tokenizer=tok)
-    refused_big(argv, tmp_path, capsys, (name, "larger than 1024 MiB"))
+    refused_big(argv, tmp_path, capsys, (name, "larger than 64 MiB"))  # MAX_TOKENIZER_FILE_BYTES
 
 
 def test_a_giant_data_file(made, tmp_path, capsys):

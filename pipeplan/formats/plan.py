@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, WrapValidator, model_validator
 
 from pipeplan.errors import BadArgumentError, quoted
 from pipeplan.formats.base import (
@@ -25,6 +25,7 @@ from pipeplan.formats.base import (
     Text,
     Versioned,
     printable,
+    short,
 )
 from pipeplan.formats.cluster import Cluster
 from pipeplan.formats.freeze import FreezeSchedule, not_made_by_source
@@ -209,6 +210,18 @@ class PhasePlan(Strict):
         return f"epochs {self.start_epoch}–{self.start_epoch + self.epochs - 1}"
 
 
+def _text_pin_first(value: Any, handler: Callable[[Any], Any]) -> Any:
+    """A pin given as text held to a text's checks before the union's: its errors put the
+    integer branch's first ("Input should be a valid integer (and 2 more)"), where a string of
+    10^6 characters is refused for its length (the seventieth round)."""
+    if type(value) is str:
+        return printable(short(value))
+    return handler(value)
+
+
+PinValue = Annotated[int | Text | list[int], WrapValidator(_text_pin_first)]
+
+
 class PlanInputs(Strict):
     profile: ProfileIdentity
     cluster: Cluster
@@ -218,7 +231,7 @@ class PlanInputs(Strict):
     steps_per_epoch: Steps
     freeze: FreezeSchedule
     cache: bool
-    pinned: dict[Text, int | Text | list[int]]
+    pinned: dict[Text, PinValue]
 
 
 # Each pin as a layout has it (`Plan._phases_keep_pins`).
@@ -509,14 +522,15 @@ class Plan(Versioned):
                 held = PINNED[key](phase.layout)
                 if held != value:
                     raise ValueError(
-                        f"phase {i}: its layout's {key} {held!r} is not the pinned {value!r}"
+                        f"phase {i}: its layout's {key} {quoted(held)} is not the pinned "
+                        f"{quoted(value)}"
                     )
                 for j, other in enumerate(phase.runner_ups):
                     held = PINNED[key](other.layout)
                     if held != value:
                         raise ValueError(
-                            f"phase {i}: runner_ups[{j}]: its layout's {key} {held!r} is not "
-                            f"the pinned {value!r}"
+                            f"phase {i}: runner_ups[{j}]: its layout's {key} {quoted(held)} is "
+                            f"not the pinned {quoted(value)}"
                         )
         return self
 
