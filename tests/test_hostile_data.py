@@ -2258,6 +2258,19 @@ def _forget_rt69() -> None:
         sys.modules.pop(name, None)
 
 
+def _prepared_rt69(work: Path, spec: str, monkeypatch, capsys) -> Path:
+    """`run --prepare-only` of vit-digits on `spec` from `work` (1 rank, named m), its modules
+    forgotten after as a new process's: the run's folder."""
+    monkeypatch.chdir(work)
+    argv = ["run", "--model", "vit-digits", "--data", spec, "--nproc", "1"]
+    try:
+        assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
+    finally:
+        _forget_rt69()
+    capsys.readouterr()
+    return work / "runs" / "m"
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("form", ["module", "file", "package"])
 def test_a_helper_beside_a_linked_data_module_is_recorded_and_checked(
@@ -2284,14 +2297,7 @@ def test_a_helper_beside_a_linked_data_module_is_recorded_and_checked(
         (ext / "real.py").write_text(LINKED_DATA)
         (work / "rt69_mydata.py").symlink_to(ext / "real.py")
         spec = "rt69_mydata:load" if form == "module" else "./rt69_mydata.py:load"
-    monkeypatch.chdir(work)
-    argv = ["run", "--model", "vit-digits", "--data", spec, "--nproc", "1"]
-    try:
-        assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
-    finally:
-        _forget_rt69()
-    capsys.readouterr()
-    run = work / "runs" / "m"
+    run = _prepared_rt69(work, spec, monkeypatch, capsys)
     paths = [f["path"] for f in json.loads((run / "data.json").read_text())["files"]]
     assert str(helper) in paths, paths
     helper.write_text("SCALE = 9.0\n")  # other samples, the same shapes
@@ -2411,14 +2417,7 @@ def test_a_link_in_the_datas_folder_retargeted_since_the_run_is_refused(
     helper = work / "rt69_helper.py"
     helper.symlink_to("lib/helper_v1.py")
     (work / "rt69_mydata.py").write_text(LINKED_DATA)
-    monkeypatch.chdir(work)
-    argv = ["run", "--model", "vit-digits", "--data", "rt69_mydata:load", "--nproc", "1"]
-    try:
-        assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
-    finally:
-        _forget_rt69()
-    capsys.readouterr()
-    run = work / "runs" / "m"
+    run = _prepared_rt69(work, "rt69_mydata:load", monkeypatch, capsys)
     paths = [f["path"] for f in json.loads((run / "data.json").read_text())["files"]]
     assert paths == [str(work / "rt69_mydata.py"), str(helper)]
     helper.unlink()
@@ -2454,14 +2453,7 @@ def test_a_data_module_link_retargeted_since_the_run_is_named(tmp_path, capsys, 
     )
     link.symlink_to(was)
     spec = "rt69_mydata:load" if form == "module" else "rt69_pkg.sub:load"
-    monkeypatch.chdir(work)
-    argv = ["run", "--model", "vit-digits", "--data", spec, "--nproc", "1"]
-    try:
-        assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
-    finally:
-        _forget_rt69()
-    capsys.readouterr()
-    run = work / "runs" / "m"
+    run = _prepared_rt69(work, spec, monkeypatch, capsys)
     link.unlink()
     link.symlink_to(now)
     said = (f"{link}: the run's data module", f"now to {work / now}", "put the link back")
