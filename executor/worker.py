@@ -818,6 +818,12 @@ class Trainer:
         self.runtime: PhaseRuntime | None = None
         self.decision: PhaseDecision | None = None
         self.recorder = Recorder(run_dir / "run.jsonl", writes=self.rank == 0)  # closed in finish()
+        # Rank 0's tokenizer for the trained model (`save_model`), loaded as the rank starts:
+        # the one the run checked and trained with, parsed while the rank has the most memory
+        # it will have. Loaded at the end, a tokenizer.json the launcher's parse check let
+        # through was refused under `ulimit -v` after every epoch had trained, and one removed
+        # meanwhile failed the run (the seventieth round).
+        self.tokenizer = export_tokenizer(cfg, self.seq) if self.rank == 0 else None
 
     def train(self, resume: bool = False) -> None:
         """The loop: epochs → steps → freeze decisions → checkpoints."""
@@ -877,11 +883,10 @@ class Trainer:
             self.check_in_place()
             self.check_held("the trained model")
             self.seq.layers.cpu()  # its own stage's from its device: the export is host tensors
-            tokenizer = export_tokenizer(self.cfg, self.seq)
             # Again once its files are written, before they are published: data code's
             # threads run on through the write (`check_held`).
             check = functools.partial(self.check_held, "the trained model")
-            save_model(self.seq, self.run_dir, tokenizer, check=check)
+            save_model(self.seq, self.run_dir, self.tokenizer, check=check)
         self.finish()
 
     # ----------------------------------------------------------------- start or resume

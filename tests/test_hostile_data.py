@@ -801,6 +801,42 @@ def test_a_tokenizer_folder_of_a_vocabulary_alone_says_what_it_lacks(made, tmp_p
     refused(prepare(made, tmp_path, data, tokenizer=tok), tmp_path, capsys, said)
 
 
+@pytest.mark.timeout(180)
+def test_the_trained_models_tokenizer_is_the_one_the_run_started_with(made, tmp_path, capsys):
+    """Found by the seventieth round: rank 0 parsed tokenizer.json again after the last step to
+    write the trained model, with less memory left than the launcher's check saw: under
+    `ulimit -v` a 30 MB one was refused there, after every epoch had trained. Rank 0 loads
+    it as it starts: here the file is removed once the first epoch's checkpoint is written,
+    and the run still ends with the tokenizer it trained with beside its model."""
+    import threading
+
+    from transformers import AutoTokenizer
+
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(40, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    argv = [a for a in argv if a != "--prepare-only"] + ["--nproc", "1", "--epochs", "3"]
+    first = tmp_path / "runs" / "r" / "checkpoints" / "step-10"
+    removed = threading.Event()
+
+    def remove_once_checkpointed() -> None:
+        ends = time.monotonic() + 150
+        while not first.is_dir() and time.monotonic() < ends:
+            time.sleep(0.002)
+        (tok / "tokenizer.json").unlink()
+        removed.set()
+
+    watcher = threading.Thread(target=remove_once_checkpointed, daemon=True)
+    watcher.start()
+    assert cli.main([*argv, "--checkpoint-every", "10"]) == 0, capsys.readouterr().err
+    assert removed.is_set() and not (tok / "tokenizer.json").exists()
+    trained = AutoTokenizer.from_pretrained(tmp_path / "runs" / "r" / "model")
+    assert (
+        trained("great film")["input_ids"]
+        == text_files.load_tokenizer(made["tokenizer"], 12, None, None)("great film")["input_ids"]
+    )
+
+
 def _retype(path: Path, name: str, dtype: str) -> None:
     """Rewrite one tensor's dtype in a safetensors header, bytes untouched (same width)."""
     raw = path.read_bytes()
