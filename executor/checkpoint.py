@@ -1068,25 +1068,22 @@ def _none_left(
         were = "was" if len(aside) == 1 else "were"
         it = "it" if len(aside) == 1 else "they"
         said.append(f"{', '.join(aside)} {were} set aside before ({it} did not verify)")
-    said.append(_nothing_left[purpose](run_dir))
+    said.append(_nothing_left(purpose, run_dir))
     return InputFileError("; ".join(said))
 
 
-def _final_model(run_dir: Path) -> str:
-    if (run_dir / "model").is_dir():
-        return f": {run_dir / 'model'}, which the run wrote as it ended, holds its final weights"
-    return ""
-
-
-# The end of `_none_left`'s line, by purpose (USING_OLDER's keys).
-_nothing_left: dict[str, Callable[[Path], str]] = {
-    "resume": lambda run_dir: (
+def _nothing_left(purpose: str, run_dir: Path) -> str:
+    """The end of `_none_left`'s line for `purpose` (USING_OLDER's keys): what is left to do."""
+    if purpose == "export":
+        model = run_dir / "model"
+        kept = f": {model}, which the run wrote as it ended, holds its final weights"
+        return "no checkpoint of this run is left to export" + (kept if model.is_dir() else "")
+    if purpose == "report":
+        return "no checkpoint of this run is left to check its records against"
+    return (
         "no checkpoint of this run is left to continue from: delete "
         f"{shlex.quote(str(run_dir))} to run it again"
-    ),
-    "export": lambda run_dir: "no checkpoint of this run is left to export" + _final_model(run_dir),
-    "report": lambda run_dir: "no checkpoint of this run is left to check its records against",
-}
+    )
 
 
 # What a resume that fell back names the checkpoints it passed over, moved aside in
