@@ -219,6 +219,10 @@ def free_port() -> int:
 def _orphan_proof(rank: int, parent: int, said: str, fn: Callable[..., None], *args) -> None:
     if not die_with_parent(parent):
         os._exit(1)
+    # SIGINT is the parent's (its clean-up kills the ranks): ignored, then let through (held
+    # back since the rank's start, `_ctrl_c_held`), which drops a Ctrl-C that came meanwhile.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     # What the rank writes to stderr goes to a file (`said`/rank-R.err) the parent passes on
     # (`_pass_on`): C++ lines (libstdc++'s "terminate called …" as memory ran out, gloo's)
     # came before the command's one line (the forty-seventh round, under `ulimit -v`).
@@ -235,21 +239,36 @@ def _orphan_proof(rank: int, parent: int, said: str, fn: Callable[..., None], *a
 
 
 @contextlib.contextmanager
-def _ctrl_c_ignored():
-    """SIGINT ignored while ranks are started: they inherit it (Python keeps an ignored SIGINT
-    ignored), so Ctrl-C, which the terminal sends to every process of the group, never prints
-    a rank's KeyboardInterrupt traceback from its imports; this process gets it, and its
-    clean-up kills the ranks."""
+def _ctrl_c_held():
+    """SIGINT held back (blocked) while ranks are started: they inherit the mask, so Ctrl-C,
+    which the terminal sends to every process of the group, waits in a rank until it ignores
+    SIGINT (`_orphan_proof`, its first step) and never prints a KeyboardInterrupt traceback
+    from its imports (the thirteenth round: "Fatal Python error: init_import_site"). This
+    process gets it as the block ends, from its own handler, and its clean-up kills the ranks.
+
+    Not ignored here (SIG_IGN, which the ranks would have inherited), as it was: a Ctrl-C in
+    the block was lost, and `profile --nproc 2` profiled on and wrote its file (CI's run of
+    the fiftieth session). Blocking holds it back in this thread only; another thread of the
+    process (torch has one) may take it, which the stand-in handler records for the end."""
     import threading
+    from multiprocessing import resource_tracker
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Started first, out of the block: the first spawn starts it, and multiprocessing, having
+    # blocked SIGINT for it, unblocks SIGINT after, which let a rank take a Ctrl-C again.
+    resource_tracker.ensure_running()
+    taken = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: taken.append(signum))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one held back lands here
+        if taken:
+            signal.raise_signal(signal.SIGINT)  # one another thread took
 
 
 @contextlib.contextmanager
@@ -311,19 +330,21 @@ def _run_held(nproc: int, args: tuple, deadline_s: float, what: str, said: Path)
     # Here: the rest of this module (`owner_tag`, for every output's temporaries) needs no torch.
     import torch.multiprocessing as mp
 
-    # As ranks start:
-    with _ctrl_c_ignored(), _quiet_cpp_log(), _main_not_run_again(args), _start_method_kept():
-        ctx = mp.start_processes(
-            _orphan_proof, args=args, nprocs=nproc, join=False, start_method="spawn"
-        )
-    deadline = time.monotonic() + deadline_s
-    stopped_since: dict[int, float] = {}
     # torch says "Terminating process N via signal SIGTERM" as it stops the others once one
     # has failed: the stop is this function's, and its error is the command's one line.
     spawn_log = logging.getLogger("torch.multiprocessing.spawn")
     level = spawn_log.level
     spawn_log.setLevel(logging.ERROR)
+    ctx = None
     try:
+        # As ranks start (a Ctrl-C held back there lands as the block ends: the clean-up
+        # below kills them):
+        with _ctrl_c_held(), _quiet_cpp_log(), _main_not_run_again(args), _start_method_kept():
+            ctx = mp.start_processes(
+                _orphan_proof, args=args, nprocs=nproc, join=False, start_method="spawn"
+            )
+        deadline = time.monotonic() + deadline_s
+        stopped_since: dict[int, float] = {}
         while not ctx.join(timeout=0.5):
             _check_stopped(ctx.processes, stopped_since, what)
             if time.monotonic() > deadline:
@@ -341,10 +362,10 @@ def _run_held(nproc: int, args: tuple, deadline_s: float, what: str, said: Path)
         raise RankFailedError(f"{what}: rank {rank} died ({why})", rank) from None
     finally:
         spawn_log.setLevel(level)
-        for process in ctx.processes:
+        for process in ctx.processes if ctx else ():
             if process.is_alive():
                 process.kill()
-        for process in ctx.processes:
+        for process in ctx.processes if ctx else ():
             process.join(timeout=5)
 
 

@@ -220,11 +220,14 @@ def logged_sleeping_rank(rank: int, started: str) -> None:
 
 
 def sigint_disposition(rank: int, out: str) -> None:
-    """For `pipeplan.spawn.run_ranks`: write how this rank treats SIGINT ("ignored" or not)."""
+    """For `pipeplan.spawn.run_ranks`: write how this rank treats SIGINT ("ignored" or not,
+    and "blocked" where it is held back)."""
     import signal
 
     ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    (Path(out) / str(rank)).write_text("ignored" if ignored else "handled")
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    said = ("ignored" if ignored else "handled") + (" blocked" if blocked else "")
+    (Path(out) / str(rank)).write_text(said)
 
 
 def rank_0_dies(rank: int, started: str, how: str = "kill") -> None:

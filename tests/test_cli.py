@@ -991,15 +991,88 @@ def test_spawned_ranks_ignore_ctrl_c_from_their_start(tmp_path):
     """Thirteenth round: Ctrl-C (SIGINT to the terminal's whole process group) as the link
     ranks of `profile --nproc 2` started printed "Fatal Python error: init_import_site" and a
     traceback (a KeyboardInterrupt in Python's own start-up) before `pipeplan: interrupted`.
-    The ranks inherit SIGINT ignored (`spawn._ctrl_c_ignored`; Python keeps it so), so there
+    The ranks inherit SIGINT held back (`spawn._ctrl_c_held`) until they ignore it, so there
     is no moment a rank can take it; the parent gets it and kills them."""
     import killer_data
 
     from pipeplan.spawn import run_ranks
 
     run_ranks(killer_data.sigint_disposition, 2, (str(tmp_path),), 90, "probe")
+    # Ignored, not held back: the mask `run_ranks` held SIGINT with is the parent's alone.
     assert sorted(p.read_text() for p in tmp_path.iterdir()) == ["ignored", "ignored"]
     assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # this process's is back
+
+
+def test_ctrl_c_as_ranks_start_is_held_not_lost():
+    """CI's run of the fiftieth session: a Ctrl-C landing while the ranks were started (SIGINT
+    ignored then, for them to inherit) was lost, and `profile --nproc 2` profiled on and wrote
+    its file. It is held back and arrives as the block ends, to the handler before it."""
+    from pipeplan.spawn import _ctrl_c_held
+
+    ends = []
+    with pytest.raises(KeyboardInterrupt):
+        with _ctrl_c_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the signal is in: only the end of the block lets it through
+            ends.append("block")
+        time.sleep(5)  # not reached where it arrives; where it was lost, 5 s then a failure
+    assert ends == ["block"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+@pytest.mark.timeout(60)
+def test_ranks_start_with_ctrl_c_held(tmp_path):
+    """A rank is started with SIGINT held back, the first one of a fresh process included:
+    multiprocessing's start of its resource tracker (the first spawn's) unblocked SIGINT, and
+    a Ctrl-C in the rank's own start-up was a "Fatal Python error: init_import_site" again."""
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import multiprocessing, signal, time\n"
+        "from pipeplan.spawn import _ctrl_c_held\n"
+        "if __name__ == '__main__':\n"
+        "    with _ctrl_c_held():\n"
+        "        spawn = multiprocessing.get_context('spawn')\n"
+        "        rank = spawn.Process(target=time.sleep, args=(1,))\n"
+        "        rank.start()\n"
+        "        print(open(f'/proc/{rank.pid}/status').read())\n"
+        "    rank.join()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=50
+    )
+    assert done.returncode == 0, done.stderr
+    blocked = int(re.search(r"^SigBlk:\s*([0-9a-f]+)$", done.stdout, re.M)[1], 16)
+    assert blocked & (1 << (signal.SIGINT - 1))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_ctrl_c_as_ranks_start_stops_them(tmp_path, monkeypatch):
+    """The same Ctrl-C in `run_ranks`: it arrives as the last rank has started, and the ranks
+    are killed, not left running (an API caller who catches KeyboardInterrupt goes on)."""
+    import killer_data
+    import torch.multiprocessing as mp
+
+    from pipeplan.spawn import run_ranks
+
+    started = []
+    start = mp.start_processes
+
+    def start_then_ctrl_c(*args, **kwargs):
+        context = start(*args, **kwargs)
+        started.extend(context.processes)
+        os.kill(os.getpid(), signal.SIGINT)  # after the last rank started, in the block
+        return context
+
+    monkeypatch.setattr(mp, "start_processes", start_then_ctrl_c)
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_ranks(killer_data.sleeping_rank, 2, (str(tmp_path),), 90, "sleepers")
+    assert time.monotonic() - began < 30  # the ranks sleep 600 s
+    assert len(started) == 2
+    assert not [p.pid for p in started if p.is_alive()]
 
 
 @pytest.mark.multiprocess
