@@ -677,6 +677,7 @@ def _load_user(spec: str, seed: int) -> TaskData:
 
 def _load_user_data(spec: str, seed: int, target: str, func_name: str) -> TaskData:
     _forget_if_edited(target, spec)  # pipeplan's own doing: before the import system is held
+    _witness_imports()
     before = set(sys.modules)
     _PASSED_ON.clear()  # a new loading of the data: its warnings are said again
     with (
@@ -721,7 +722,7 @@ def _load_user_data(spec: str, seed: int, target: str, func_name: str) -> TaskDa
             _refuse_awaitables(result, spec)
     file = getattr(module, "__file__", None)
     if type(file) is str and file:  # what `helper_files` picks the user's files from
-        _BROUGHT_IN[Path(file).resolve()] = before
+        _BROUGHT_IN[Path(file).resolve()] = (before, _module_name(target))
     with looking_at(spec, "what it returned"):
         return _as_task_data(result, spec)
 
@@ -2866,6 +2867,7 @@ RANK_STATE = frozenset(
         "executor.data._BROUGHT_IN",
         "executor.data._DESCRIPTORS",
         "executor.data._HELD_DESCRIPTORS",
+        "executor.data._IMPORTED_BY",
         "executor.data._IMPORTED_FILES",
         "executor.data._INFERENCE_GUARDS",
         "executor.data._LOOKED",
@@ -5275,10 +5277,71 @@ def module_place(spec: str) -> Path | None:
     return Path(found.origin).absolute()
 
 
-# What sys.modules held before each data module was imported, by the module's file: the
-# modules added since (by its import, its function, or its sets read lazily: thirtieth round)
-# are what `helper_files` picks the user's own from for data.json.
-_BROUGHT_IN: dict[Path, set[str]] = {}
+# What sys.modules held before each data module was imported, by the module's file, with the
+# module's name: the modules added since (by its import, its function, or its sets read
+# lazily: thirtieth round) are what `helper_files` picks the user's own from for data.json.
+_BROUGHT_IN: dict[Path, tuple[set[str], str]] = {}
+# Who asked for each module imported since the first data module's import (`_ImportWitness`):
+# the name of the module whose code ran the import, None where no such code was found.
+_IMPORTED_BY: dict[str, str | None] = {}
+
+
+class _ImportWitness:
+    """A finder first in sys.meta_path that finds nothing: it notes which module asked for
+    each import (`_IMPORTED_BY`, by `_importer`), so that `helper_files` counts a module of
+    the user's folder as the data's only where the data's code imported it. Found by the
+    seventieth round: an unrelated `h2.py` beside the data module, imported as the package
+    `h2` by huggingface_hub's HTTP client while transformers loaded in the data's import, was
+    recorded in data.json, and edited, refused the run's export and resume."""
+
+    @staticmethod
+    def find_spec(name: str, path: Any = None, target: Any = None) -> None:
+        _IMPORTED_BY[name] = _importer()
+
+
+def _witness_imports() -> None:
+    """`_ImportWitness` first in sys.meta_path, once for the process (before the data's code
+    runs: a finder it puts first is refused, `import_system_kept`)."""
+    if _ImportWitness not in sys.meta_path:
+        sys.meta_path.insert(0, _ImportWitness)
+
+
+def _importer() -> str | None:
+    """The name of the module whose code runs the import under way: the first frame out from
+    `_ImportWitness.find_spec` that is not the standard library's (importlib's machinery,
+    `importlib.import_module`, a pickle's class looked up for the data's `load`)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if not _standard_library_file(frame.f_code.co_filename):
+            name = frame.f_globals.get("__name__")
+            return name if type(name) is str else None
+        frame = frame.f_back
+    return None
+
+
+@cache
+def _library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The folders of the standard library and of site-packages (which lies inside it) as
+    the file names of their code start, each as imported and resolved."""
+    stdlib = _stdlib_folders()
+    paths = sysconfig.get_paths()
+    raw = {paths[k] for k in ("stdlib", "platstdlib") if k in paths}
+    sites = {str(folder) for folder in _site_packages(stdlib)}
+    sites |= {p for p in (paths.get("purelib"), paths.get("platlib")) if p}
+    ours = tuple(os.path.join(str(f), "") for f in {*map(str, stdlib), *raw})
+    return ours, tuple(os.path.join(f, "") for f in sites)
+
+
+def _standard_library_file(file: str) -> bool:
+    stdlib, sites = _library_prefixes()
+    return file.startswith("<frozen ") or (file.startswith(stdlib) and not file.startswith(sites))
+
+
+def _module_name(target: str) -> str:
+    """The name in sys.modules of the data module `target` (`_import`'s)."""
+    return f"_pipeplan_data_{Path(target).stem}" if _names_a_file(target) else target
+
+
 # The installation's top-level packages (pyproject's), imported before the data's directory
 # goes on the path (`_data_directory_on_path`); its module `cli` is the launcher's own entry,
 # imported already, and no rank uses it.
@@ -5378,22 +5441,19 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
         helper_files("mydata:load")   # [Path("/home/me/helper.py")] if mydata imports helper
     """
     main = main_file(spec)
-    if main is None:
+    if main is None or main not in _BROUGHT_IN:
         return []
     files = set()
-    before = _BROUGHT_IN.get(main)
+    before, data_module = _BROUGHT_IN[main]
     seen = set() if seen is None else seen
     root, installed, folders = module_root(spec), _installed_folders(), {}
-    for name in [] if before is None else [n for n in list(sys.modules) if n not in before]:
+    new = [name for name in list(sys.modules) if name not in before]
+    for name in _imported_by_the_data(new, data_module, installed):
         if name in seen:
             continue
         seen.add(name)
-        if name.partition(".")[0] in OWN_PACKAGES:  # never the user's (`_append_data_directory`)
-            continue
-        file = getattr(sys.modules.get(name), "__file__", None)
-        # Only a plain str is a file name: a str subclass's own methods may raise (the
-        # sixty-ninth round: a traceback of the scan); it is no file of the user's.
-        if type(file) is not str or not file.endswith(".py"):
+        file = _module_file(name)
+        if file is None:
             continue
         where = located(file, folders)
         if where is None:
@@ -5403,6 +5463,52 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
         if path is not None and main not in (path, Path(where[1])) and _is_file(path):
             files.add(path)
     return sorted(files)
+
+
+def _module_file(name: str) -> str | None:
+    """The .py file of the imported module `name`, None where it has none or is pipeplan's
+    own (never the user's: `_append_data_directory`)."""
+    if name.partition(".")[0] in OWN_PACKAGES:
+        return None
+    file = getattr(sys.modules.get(name), "__file__", None)
+    # Only a plain str is a file name: a str subclass's own methods may raise (the sixty-ninth
+    # round: a traceback of the scan); it is no file of the user's.
+    return file if type(file) is str and file.endswith(".py") else None
+
+
+def _imported_by_the_data(names: list[str], data_module: str, installed: list[Path]) -> list[str]:
+    """Those of the modules `names` (imported since the data module's import began) that the
+    data's own code imported: the module `data_module` and its packages, and each module
+    whose importer (`_IMPORTED_BY`) is one of these or a module of the user's code they
+    imported in turn (not installed code, nor pipeplan's). One whose importer is unknown (put
+    together by hand from a file) is counted, as before the witness was there.
+
+        _imported_by_the_data(["helper", "h2", "httpcore2"], "mydata", [])   # ["helper"]
+    """
+    parts = data_module.split(".")
+    roots = {".".join(parts[: i + 1]) for i in range(len(parts))}
+    asked: dict[str | None, list[str]] = {}
+    kept = [name for name in names if name in roots or _IMPORTED_BY.get(name) is None]
+    for name in names:
+        asked.setdefault(_IMPORTED_BY.get(name), []).append(name)
+    found, waiting = set(kept), list(roots | set(kept))
+    while waiting:
+        importer = waiting.pop()
+        if importer not in roots and not _users_code(importer, installed):
+            continue  # a library the data imported: what it imports is its own
+        for name in asked.get(importer, ()):
+            if name not in found:
+                found.add(name)
+                kept.append(name)
+                waiting.append(name)
+    return kept
+
+
+def _users_code(name: str, installed: list[Path]) -> bool:
+    """Whether the imported module `name` is code of the user's: a .py file outside the
+    `installed` folders and pipeplan."""
+    file = _module_file(name)
+    return file is not None and not any(Path(file).is_relative_to(f) for f in installed)
 
 
 def _import(target: str, spec: str) -> Any:

@@ -625,6 +625,16 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
             f"{gone[0]}: read by the run ({path} lists it) but {what} since the run started; "
             "restore it there or start a new run"
         )
+    if extra and (then := _run_folder(cfg.data, listed, extra[0])) is not None:
+        # data.json is right: the module is imported from another folder here, whose
+        # helpers are not the run's (the seventieth round: the working folder, or a folder
+        # of PYTHONPATH, a link pointed elsewhere since; "restore data.json", never edited).
+        raise InputFileError(
+            f"{path}: the run's data module '{cfg.data.rpartition(':')[0]}' and its helpers "
+            f"({extra[0]}) were imported from {then}, but here (in {Path.cwd()}) from "
+            f"{module_root(cfg.data)}; run this command from the directory the run was "
+            "started from, with its PYTHONPATH, or start a new run"
+        )
     if extra:
         raise InputFileError(
             f"{path}: files names '{extra[0]}', which {reads} do{'es' if s else ''} not read; "
@@ -683,6 +693,23 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
             f"'{cfg.data}' gives, in the order the run numbers them ({names}); restore "
             "data.json or start a new run"
         )
+
+
+def _run_folder(spec: str, listed: list[str], extra: str) -> Path | None:
+    """The folder the run imported its data module `spec` from (the module's recorded file,
+    `listed[0]`, up its package's depth), where `extra`, a file data.json lists that the
+    module's folder here does not hold, is a .py file of that folder, and it is not the
+    module's folder here (`module_root`); else None."""
+    root = module_root(spec)
+    if text.is_text_spec(spec) or root is None or not listed or not extra.endswith(".py"):
+        return None
+    module = Path(listed[0])
+    target = spec.rpartition(":")[0]
+    depth = target.count(".") + (1 if module.name == "__init__.py" else 0)
+    if depth >= len(module.parents):
+        return None
+    then = module.parents[depth]
+    return then if then != root and Path(extra).is_relative_to(then) else None
 
 
 def check_data_kept(run_dir: Path, manifest: CheckpointManifest, where: Path) -> None:

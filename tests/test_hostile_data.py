@@ -2383,6 +2383,39 @@ def test_a_helper_beside_a_linked_data_module_edited_between_calls_is_imported_a
         _forget_rt69()
 
 
+@pytest.mark.timeout(120)
+def test_a_run_folder_link_retargeted_since_names_the_folder_not_data_json(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the seventieth round: a run started in a folder reached through a link (`cl ->
+    A`), the link then pointed at B, whose `mydata.py` is a link back to A's and whose helper
+    differs: the refusal was right but said "restore data.json", which nobody edited. It
+    names both folders and says where to run from, in one line, for a resume and an export."""
+    from executor.task import check_data, read_run_config
+
+    a, b = tmp_path / "A", tmp_path / "B"
+    a.mkdir()
+    b.mkdir()
+    (a / "rt69_helper.py").write_text("SCALE = 1.0\n")
+    (b / "rt69_helper.py").write_text("SCALE = 9.0\n")
+    (a / "rt69_mydata.py").write_text(LINKED_DATA)
+    (b / "rt69_mydata.py").symlink_to(a / "rt69_mydata.py")
+    link = tmp_path / "cl"
+    link.symlink_to(a, target_is_directory=True)
+    run = _prepared_rt69(link, "rt69_mydata:load", monkeypatch, capsys).resolve()
+    link.unlink()
+    link.symlink_to(b, target_is_directory=True)
+    monkeypatch.chdir(link)
+    said = (f"imported from {a}, but here", "run this command from the directory the run was")
+    try:
+        for command in (["run", "--resume", str(run)], ["export", str(run), "--out", "o"]):
+            refused(command, tmp_path, capsys, said)
+        monkeypatch.chdir(a)
+        check_data(run, read_run_config(run))  # from the run's folder: its data
+    finally:
+        _forget_rt69()
+
+
 class _OddName(str):
     """A module's `__file__` that is a str whose methods raise (the sixty-ninth round's)."""
 
