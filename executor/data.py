@@ -5452,7 +5452,7 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
         if name in seen:
             continue
         seen.add(name)
-        file = _module_file(name)
+        file = _imported_file(name)
         if file is None:
             continue
         where = located(file, folders)
@@ -5465,7 +5465,7 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
     return sorted(files)
 
 
-def _module_file(name: str) -> str | None:
+def _imported_file(name: str) -> str | None:
     """The .py file of the imported module `name`, None where it has none or is pipeplan's
     own (never the user's: `_append_data_directory`)."""
     if name.partition(".")[0] in OWN_PACKAGES:
@@ -5507,7 +5507,7 @@ def _imported_by_the_data(names: list[str], data_module: str, installed: list[Pa
 def _users_code(name: str, installed: list[Path]) -> bool:
     """Whether the imported module `name` is code of the user's: a .py file outside the
     `installed` folders and pipeplan."""
-    file = _module_file(name)
+    file = _imported_file(name)
     return file is not None and not any(Path(file).is_relative_to(f) for f in installed)
 
 

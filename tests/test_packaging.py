@@ -123,3 +123,23 @@ def test_a_marker_expression_takes_in_long_tests_only_when_it_names_them(express
     assert done.returncode == 0, done.stdout + done.stderr
     assert (long_test in done.stdout) == long_kept, done.stdout
     assert "test_text.py::" in done.stdout  # the file's other tests are collected either way
+
+
+def test_no_module_defines_a_top_level_name_twice():
+    """A second `def` of a name replaces the first for every caller in the module, in silence
+    (ruff says nothing where the uses are inside functions): the fiftieth session's new
+    `_module_file(name)` in executor/data.py replaced the one `_made_by_its_library` calls,
+    and joblib's own patch of the standard library was refused as the user's."""
+    import ast
+    import collections
+
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    files = [ROOT / "cli.py", *sorted(ROOT.glob("pipeplan/**/*.py"))]
+    files += sorted(ROOT.glob("executor/*.py")) + sorted(ROOT.glob("profiles/*.py"))
+    twice = {}
+    for file in files:
+        body = ast.parse(file.read_text()).body
+        counts = collections.Counter(node.name for node in body if isinstance(node, kinds))
+        if names := sorted(name for name, n in counts.items() if n > 1):
+            twice[str(file.relative_to(ROOT))] = names
+    assert len(files) > 40 and twice == {}

@@ -1030,10 +1030,6 @@ def _integer(value: Any) -> bool:
     return type(value) is int
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _count(low: int) -> Callable[[Any], bool]:
     """An integer from `low` to MAX_GENERATION_COUNT:  _count(1)(0)   # False"""
     return lambda v: _integer(v) and low <= v <= MAX_GENERATION_COUNT
