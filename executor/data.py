@@ -5282,17 +5282,19 @@ def module_place(spec: str) -> Path | None:
 # lazily: thirtieth round) are what `helper_files` picks the user's own from for data.json.
 _BROUGHT_IN: dict[Path, tuple[set[str], str]] = {}
 # Who asked for each module imported since the first data module's import (`_ImportWitness`):
-# the name of the module whose code ran the import, None where no such code was found.
+# the name of the module whose code ran the import (`_importer`), None where no code outside
+# installed code did.
 _IMPORTED_BY: dict[str, str | None] = {}
 
 
 class _ImportWitness:
     """A finder first in sys.meta_path that finds nothing: it notes which module asked for
-    each import (`_IMPORTED_BY`, by `_importer`), so that `helper_files` counts a module of
-    the user's folder as the data's only where the data's code imported it. Found by the
-    seventieth round: an unrelated `h2.py` beside the data module, imported as the package
-    `h2` by huggingface_hub's HTTP client while transformers loaded in the data's import, was
-    recorded in data.json, and edited, refused the run's export and resume."""
+    each import (`_IMPORTED_BY`), so that `helper_files` counts a module of the user's folder
+    as the data's only where the data's code imported it, itself or through a library it
+    called. Found by the seventieth round: an unrelated `h2.py` beside the data module,
+    imported as the package `h2` by huggingface_hub's HTTP client as pipeplan's own code
+    loaded transformers during the data's import, was recorded in data.json, and edited,
+    refused the run's export and resume."""
 
     @staticmethod
     def find_spec(name: str, path: Any = None, target: Any = None) -> None:
@@ -5308,11 +5310,16 @@ def _witness_imports() -> None:
 
 def _importer() -> str | None:
     """The name of the module whose code runs the import under way: the first frame out from
-    `_ImportWitness.find_spec` that is not the standard library's (importlib's machinery,
-    `importlib.import_module`, a pickle's class looked up for the data's `load`)."""
+    `_ImportWitness.find_spec` that is not installed code (the standard library's, with
+    importlib's machinery, or site-packages'). A library the data calls is passed through:
+    the data's `load` doing `torch.load` of an object of a helper's class imports the helper
+    (the seventy-first round: left out of data.json, the helper edited, a resume trained on
+    other data). So is a library pipeplan's own code imports: pipeplan's is the importer."""
     frame = sys._getframe(2)
+    installed = _installed_prefixes()
     while frame is not None:
-        if not _standard_library_file(frame.f_code.co_filename):
+        file = frame.f_code.co_filename
+        if not (file.startswith(installed) or file.startswith("<frozen ")):
             name = frame.f_globals.get("__name__")
             return name if type(name) is str else None
         frame = frame.f_back
@@ -5320,21 +5327,13 @@ def _importer() -> str | None:
 
 
 @cache
-def _library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The folders of the standard library and of site-packages (which lies inside it) as
-    the file names of their code start, each as imported and resolved."""
-    stdlib = _stdlib_folders()
+def _installed_prefixes() -> tuple[str, ...]:
+    """The folders of installed code (`_installed_folders`), as imported and resolved, as
+    the file names of their code start."""
     paths = sysconfig.get_paths()
-    raw = {paths[k] for k in ("stdlib", "platstdlib") if k in paths}
-    sites = {str(folder) for folder in _site_packages(stdlib)}
-    sites |= {p for p in (paths.get("purelib"), paths.get("platlib")) if p}
-    ours = tuple(os.path.join(str(f), "") for f in {*map(str, stdlib), *raw})
-    return ours, tuple(os.path.join(f, "") for f in sites)
-
-
-def _standard_library_file(file: str) -> bool:
-    stdlib, sites = _library_prefixes()
-    return file.startswith("<frozen ") or (file.startswith(stdlib) and not file.startswith(sites))
+    found = {str(folder) for folder in _installed_folders()}
+    found |= {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    return tuple(os.path.join(folder, "") for folder in found)
 
 
 def _module_name(target: str) -> str:
@@ -5479,16 +5478,17 @@ def _imported_file(name: str) -> str | None:
 def _imported_by_the_data(names: list[str], data_module: str, installed: list[Path]) -> list[str]:
     """Those of the modules `names` (imported since the data module's import began) that the
     data's own code imported: the module `data_module` and its packages, and each module
-    whose importer (`_IMPORTED_BY`) is one of these or a module of the user's code they
-    imported in turn (not installed code, nor pipeplan's). One whose importer is unknown (put
-    together by hand from a file) is counted, as before the witness was there.
+    whose importer (`_IMPORTED_BY`: the code outside installed code that ran the import,
+    itself or through a library it called) is one of these or a module of the user's code
+    they imported in turn (not installed code, nor pipeplan's). One whose importer is unknown
+    (put together by hand from a file) is counted, as before the witness was there.
 
         _imported_by_the_data(["helper", "h2", "httpcore2"], "mydata", [])   # ["helper"]
     """
     parts = data_module.split(".")
     roots = {".".join(parts[: i + 1]) for i in range(len(parts))}
     asked: dict[str | None, list[str]] = {}
-    kept = [name for name in names if name in roots or _IMPORTED_BY.get(name) is None]
+    kept = [name for name in names if name in roots or name not in _IMPORTED_BY]
     for name in names:
         asked.setdefault(_IMPORTED_BY.get(name), []).append(name)
     found, waiting = set(kept), list(roots | set(kept))

@@ -568,42 +568,65 @@ def test_a_scans_location_of_a_module_file_is_its_path_and_its_realpath(tmp_path
     assert D.located("/tmp/d\x00x/weird.py", {}) is None
 
 
-def test_a_module_of_the_folder_a_library_imports_is_not_the_datas(tmp_path, monkeypatch):
+def test_a_module_of_the_folder_imported_for_other_code_is_not_the_datas(tmp_path, monkeypatch):
     """Found by the seventieth round: an unrelated `h2.py` beside the data module, imported as
-    the package `h2` by huggingface_hub's HTTP client while the data's import loaded
-    transformers, was recorded in data.json, and once edited refused the run's export and
-    resume. Only the modules the data's own code imports are its (at the top, in `load`, by
-    `importlib.import_module`, or by a helper it imported), not one an installed library
-    imports (here `rt70_lib`, in a folder made to count as installed)."""
+    the package `h2` by huggingface_hub's HTTP client as pipeplan's own code loaded
+    transformers during the data's import, was recorded in data.json, and once edited refused
+    the run's export and resume. Only the modules the data's own code imports are its: at
+    the top, in `load`, by `importlib.import_module`, by a helper it imported, or through a
+    library it calls (the seventy-first round: `torch.load` of an object of a helper's class,
+    left out, let a resume train on an edited helper). Here `rt70_lib`, in a folder made to
+    count as installed, imports `rt70_h2` for code outside the data (the test's own, as
+    pipeplan's would), and `rt70_pickled` for the data's `load`."""
+    import builtins
+
     data, lib = tmp_path / "data", tmp_path / "lib"
     data.mkdir()
     lib.mkdir()
-    (lib / "rt70_lib.py").write_text("import rt70_h2\n")  # a library's optional import
+    (lib / "rt70_lib.py").write_text(
+        "import importlib\n"
+        "def optional():\n"
+        "    import rt70_h2\n"  # a library's optional import, of a name the folder has
+        "def find(name):\n"
+        "    return importlib.import_module(name)\n"  # as an unpickler finds a class
+    )
     (data / "rt70_h2.py").write_text("X = 1\n")
     (data / "rt70_helper.py").write_text("import rt70_helper2\n")
     (data / "rt70_helper2.py").write_text("Y = 2\n")
     (data / "rt70_late.py").write_text("Z = 3\n")
+    (data / "rt70_pickled.py").write_text("W = 4\n")
     (data / "rt70_data.py").write_text(
         "import importlib\n"
         "import torch\n"
         "from torch.utils.data import TensorDataset\n"
         "import rt70_helper, rt70_lib\n"
         "def load(seed=0):\n"
+        "    rt70_elsewhere()\n"  # code not the data's, run meanwhile (a builtin here)
         "    importlib.import_module('rt70_late')\n"
+        "    rt70_lib.find('rt70_pickled')\n"
         "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
         "    return TensorDataset(x, y), TensorDataset(x, y)\n"
     )
     monkeypatch.syspath_prepend(str(lib))
     monkeypatch.syspath_prepend(str(data))
     monkeypatch.setattr(site, "getusersitepackages", lambda: str(lib))  # "installed"
-    for name in ("rt70_data", "rt70_lib", "rt70_h2", "rt70_helper", "rt70_helper2", "rt70_late"):
+    D._installed_prefixes.cache_clear()
+    monkeypatch.setattr(
+        builtins, "rt70_elsewhere", lambda: sys.modules["rt70_lib"].optional(), raising=False
+    )
+    names = ("rt70_data", "rt70_lib", "rt70_h2", "rt70_helper", "rt70_helper2", "rt70_late")
+    for name in (*names, "rt70_pickled"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    D._load_user("rt70_data:load", 0)
-    assert "rt70_h2" in sys.modules  # imported, by the library
+    try:
+        D._load_user("rt70_data:load", 0)
+    finally:
+        D._installed_prefixes.cache_clear()
+    assert "rt70_h2" in sys.modules  # imported, by the library, for the test's code
     assert D.helper_files("rt70_data:load") == [
         data / "rt70_helper.py",
         data / "rt70_helper2.py",
         data / "rt70_late.py",
+        data / "rt70_pickled.py",
     ]
 
 
