@@ -5480,8 +5480,10 @@ def _imported_by_the_data(names: list[str], data_module: str, installed: list[Pa
     data's own code imported: the module `data_module` and its packages, and each module
     whose importer (`_IMPORTED_BY`: the code outside installed code that ran the import,
     itself or through a library it called) is one of these or a module of the user's code
-    they imported in turn (not installed code, nor pipeplan's). One whose importer is unknown
-    (put together by hand from a file) is counted, as before the witness was there.
+    they imported in turn (not installed code, nor pipeplan's), or that one of these holds
+    (`_held_modules`: imported first for other code, then by the data's `import helper`,
+    which finds it imported). One whose importer is unknown (put together by hand from a
+    file) is counted, as before the witness was there.
 
         _imported_by_the_data(["helper", "h2", "httpcore2"], "mydata", [])   # ["helper"]
     """
@@ -5491,17 +5493,47 @@ def _imported_by_the_data(names: list[str], data_module: str, installed: list[Pa
     kept = [name for name in names if name in roots or name not in _IMPORTED_BY]
     for name in names:
         asked.setdefault(_IMPORTED_BY.get(name), []).append(name)
+    new = set(names)
     found, waiting = set(kept), list(roots | set(kept))
     while waiting:
         importer = waiting.pop()
         if importer not in roots and not _users_code(importer, installed):
             continue  # a library the data imported: what it imports is its own
-        for name in asked.get(importer, ()):
+        held = [name for name in _held_modules(importer) if name in new]
+        for name in [*asked.get(importer, ()), *held]:
             if name not in found:
                 found.add(name)
                 kept.append(name)
                 waiting.append(name)
     return kept
+
+
+def _held_modules(name: str) -> set[str]:
+    """The modules the imported module `name` holds at its top level: a module it imported
+    (`import helper`), and the modules of the functions and classes it took from one (`from
+    helper import f`). Found by the seventy-first round: a helper `simplejson.py` that
+    requests imported first (it tries `import simplejson`) was the data's too, and was left
+    out of data.json."""
+    module = sys.modules.get(name)
+    if module is None:
+        return set()
+    held = set()
+    for value in list(vars(module).values()):
+        kind = type(value)
+        if not (issubclass(kind, (types.ModuleType, type)) or kind is types.FunctionType):
+            continue
+        if kind is types.FunctionType:
+            owner = value.__module__
+        else:
+            key = "__name__" if issubclass(kind, types.ModuleType) else "__module__"
+            try:  # from its own namespace: a class or module of the user's may answer any
+                # name it is asked (`__getattr__`), or raise
+                owner = object.__getattribute__(value, "__dict__").get(key)
+            except Exception:
+                continue
+        if type(owner) is str:
+            held.add(owner)
+    return held
 
 
 def _users_code(name: str, installed: list[Path]) -> bool:

@@ -573,11 +573,13 @@ def test_a_module_of_the_folder_imported_for_other_code_is_not_the_datas(tmp_pat
     the package `h2` by huggingface_hub's HTTP client as pipeplan's own code loaded
     transformers during the data's import, was recorded in data.json, and once edited refused
     the run's export and resume. Only the modules the data's own code imports are its: at
-    the top, in `load`, by `importlib.import_module`, by a helper it imported, or through a
+    the top, in `load`, by `importlib.import_module`, by a helper it imported, through a
     library it calls (the seventy-first round: `torch.load` of an object of a helper's class,
-    left out, let a resume train on an edited helper). Here `rt70_lib`, in a folder made to
-    count as installed, imports `rt70_h2` for code outside the data (the test's own, as
-    pipeplan's would), and `rt70_pickled` for the data's `load`."""
+    left out, let a resume train on an edited helper), or imported first for other code and
+    then by the data (the same round's `simplejson.py`, which requests imports). Here
+    `rt70_lib`, in a folder made to count as installed, imports `rt70_h2` and `rt70_shared`
+    for code outside the data (the test's own, as pipeplan's would), and `rt70_pickled` for
+    the data's `load`."""
     import builtins
 
     data, lib = tmp_path / "data", tmp_path / "lib"
@@ -586,7 +588,7 @@ def test_a_module_of_the_folder_imported_for_other_code_is_not_the_datas(tmp_pat
     (lib / "rt70_lib.py").write_text(
         "import importlib\n"
         "def optional():\n"
-        "    import rt70_h2\n"  # a library's optional import, of a name the folder has
+        "    import rt70_h2, rt70_shared\n"  # a library's optional imports, names the folder has
         "def find(name):\n"
         "    return importlib.import_module(name)\n"  # as an unpickler finds a class
     )
@@ -595,13 +597,15 @@ def test_a_module_of_the_folder_imported_for_other_code_is_not_the_datas(tmp_pat
     (data / "rt70_helper2.py").write_text("Y = 2\n")
     (data / "rt70_late.py").write_text("Z = 3\n")
     (data / "rt70_pickled.py").write_text("W = 4\n")
+    (data / "rt70_shared.py").write_text("V = 5\n")
     (data / "rt70_data.py").write_text(
         "import importlib\n"
         "import torch\n"
         "from torch.utils.data import TensorDataset\n"
+        "rt70_elsewhere()\n"  # code not the data's, run meanwhile (a builtin here)
         "import rt70_helper, rt70_lib\n"
+        "import rt70_shared\n"  # imported already, for the other code: the data's too
         "def load(seed=0):\n"
-        "    rt70_elsewhere()\n"  # code not the data's, run meanwhile (a builtin here)
         "    importlib.import_module('rt70_late')\n"
         "    rt70_lib.find('rt70_pickled')\n"
         "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
@@ -612,10 +616,13 @@ def test_a_module_of_the_folder_imported_for_other_code_is_not_the_datas(tmp_pat
     monkeypatch.setattr(site, "getusersitepackages", lambda: str(lib))  # "installed"
     D._installed_prefixes.cache_clear()
     monkeypatch.setattr(
-        builtins, "rt70_elsewhere", lambda: sys.modules["rt70_lib"].optional(), raising=False
+        builtins,
+        "rt70_elsewhere",
+        lambda: importlib.import_module("rt70_lib").optional(),
+        raising=False,
     )
     names = ("rt70_data", "rt70_lib", "rt70_h2", "rt70_helper", "rt70_helper2", "rt70_late")
-    for name in (*names, "rt70_pickled"):
+    for name in (*names, "rt70_pickled", "rt70_shared"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     try:
         D._load_user("rt70_data:load", 0)
@@ -627,6 +634,7 @@ def test_a_module_of_the_folder_imported_for_other_code_is_not_the_datas(tmp_pat
         data / "rt70_helper2.py",
         data / "rt70_late.py",
         data / "rt70_pickled.py",
+        data / "rt70_shared.py",
     ]
 
 
