@@ -249,23 +249,27 @@ def _ctrl_c_held():
     Not ignored here (SIG_IGN, which the ranks would have inherited), as it was: a Ctrl-C in
     the block was lost, and `profile --nproc 2` profiled on and wrote its file (CI's run of
     the fiftieth session). Blocking holds it back in this thread only; another thread of the
-    process (torch has one) may take it, which the stand-in handler records for the end."""
+    process (torch has one) may take it, which the stand-in handler records for the end.
+    Called off the main thread (an API call from a thread of the caller's), only the mask
+    is this thread's to set: the ranks inherit it all the same (the seventy-first round:
+    their KeyboardInterrupt tracebacks, and "rank 1 died"), and the main thread, where
+    Python raises KeyboardInterrupt, takes the Ctrl-C."""
     import threading
     from multiprocessing import resource_tracker
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    main = threading.current_thread() is threading.main_thread()
     # Started first, out of the block: the first spawn starts it, and multiprocessing, having
     # blocked SIGINT for it, unblocks SIGINT after, which let a rank take a Ctrl-C again.
     resource_tracker.ensure_running()
     taken = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: taken.append(signum))
+    if main:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: taken.append(signum))
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+        if main:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one held back lands here
         if taken:
             signal.raise_signal(signal.SIGINT)  # one another thread took

@@ -1022,21 +1022,32 @@ def test_ctrl_c_as_ranks_start_is_held_not_lost():
 
 
 @pytest.mark.timeout(60)
-def test_ranks_start_with_ctrl_c_held(tmp_path):
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_ranks_start_with_ctrl_c_held(tmp_path, where):
     """A rank is started with SIGINT held back, the first one of a fresh process included:
     multiprocessing's start of its resource tracker (the first spawn's) unblocked SIGINT, and
-    a Ctrl-C in the rank's own start-up was a "Fatal Python error: init_import_site" again."""
+    a Ctrl-C in the rank's own start-up was a "Fatal Python error: init_import_site" again.
+    From a thread other than the main one too (the seventy-first round: an API call from a
+    thread of the caller's started ranks that took the Ctrl-C, tracebacks and "rank died")."""
     script = tmp_path / "probe.py"
     script.write_text(
-        "import multiprocessing, signal, time\n"
+        "import multiprocessing, signal, threading, time\n"
         "from pipeplan.spawn import _ctrl_c_held\n"
-        "if __name__ == '__main__':\n"
+        "def start():\n"
         "    with _ctrl_c_held():\n"
         "        spawn = multiprocessing.get_context('spawn')\n"
         "        rank = spawn.Process(target=time.sleep, args=(1,))\n"
         "        rank.start()\n"
         "        print(open(f'/proc/{rank.pid}/status').read())\n"
         "    rank.join()\n"
+        "if __name__ == '__main__':\n"
+        f"    if {where!r} == 'main':\n"
+        "        start()\n"
+        "    else:\n"
+        "        thread = threading.Thread(target=start)\n"
+        "        thread.start()\n"
+        "        thread.join()\n"
+        "    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
