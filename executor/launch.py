@@ -2552,6 +2552,15 @@ def resumed_config(saved: RunConfig, given: dict[str, Any]) -> RunConfig:
     `--resume` applied (RESUME_FLAGS), validated as a fresh run's; BadArgumentError naming the
     first flag that cannot be applied."""
     changed = {k: v for k, v in given.items() if getattr(saved, k, None) != v}
+    for field in [f for f in changed if f not in RESUME_FLAGS]:
+        # A path as the run was started (`--data train.jsonl`), which run.json holds absolute
+        # (`absolute_paths`): the same, not a change (the seventy-first round: refused).
+        try:
+            spelled = absolute_paths(build(RunConfig, {**saved.model_dump(), field: given[field]}))
+        except PipeplanError:
+            continue
+        if getattr(spelled, field) == getattr(saved, field):
+            del changed[field]
     if "freeze" in changed and saved.freeze == "list" and isinstance(changed["freeze"], str):
         # `--freeze 0,2,4` is stored as freeze=list with the layers: the same list is no change.
         given_list = build(RunConfig, {**saved.model_dump(), "freeze": changed["freeze"]})

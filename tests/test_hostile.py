@@ -1289,6 +1289,30 @@ def test_resume_refuses_flags_it_cannot_apply(finished_run, tmp_path, capsys, fl
     refused(["run", "--resume", str(run), *flags], tmp_path, capsys, fragment)
 
 
+def test_resume_takes_a_path_spelled_as_the_run_was_started(tmp_path, monkeypatch):
+    """Found by the seventy-first round: `run --resume runs/r --data train.jsonl` (or
+    `--tokenizer tok`), the run's own files spelled as it was started, was refused as a
+    change ("cannot change --data"): run.json holds them absolute. The same file is no
+    change; another one still is."""
+    from executor.launch import resumed_config
+    from executor.task import absolute_paths
+    from pipeplan.errors import PipeplanError
+    from pipeplan.formats import RunConfig
+    from pipeplan.options import build
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("train.jsonl", "other.jsonl"):
+        (tmp_path / name).write_text('{"text": "a b"}\n')
+    (tmp_path / "tok").mkdir()
+    given = {"model": "gpt2-tiny", "data": "train.jsonl", "tokenizer": "tok"}
+    saved = absolute_paths(build(RunConfig, given))
+    assert saved.data == str(tmp_path / "train.jsonl")
+    same = {"data": "train.jsonl", "tokenizer": "./tok", "epochs": saved.epochs + 1}
+    assert resumed_config(saved, same).data == saved.data
+    with pytest.raises(PipeplanError, match="cannot change --data"):
+        resumed_config(saved, {"data": "other.jsonl"})
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 # In `-m long`, for the suite's time: the default run keeps
