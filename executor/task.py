@@ -606,11 +606,20 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
     check_data_module(path, cfg.data, listed, expected)
     extra = sorted(set(listed) - set(expected))
     missing = sorted(set(expected) - set(listed))
+    if not text.is_text_spec(cfg.data):  # the module's file, now through a moved folder's link
+        extra = [p for p in extra if not any(_same_file(p, e) for e in missing)]
+        missing = [p for p in missing if not any(_same_file(p, e) for e in listed)]
     twice = sorted({p for p in listed if listed.count(p) > 1})
     if not text.is_text_spec(cfg.data):
         # A module's helpers are whatever it imported when the run started (`data_record`):
         # any of the user's .py files under its folder may be listed; each is hashed below.
-        extra = [p for p in extra if not is_helper_file(cfg.data, Path(p))]
+        # Through a link too: the run's folder moved, a link left where it was.
+        extra = [
+            p
+            for p in extra
+            if not is_helper_file(cfg.data, Path(p))
+            and not is_helper_file(cfg.data, Path(os.path.realpath(p)))
+        ]
     reads, s = _what_reads(cfg)
     folder = cfg.tokenizer or cfg.model  # a text run's tokenizer, absolute in run.json
     # In the folder or (chat templates) a folder of it.
@@ -695,6 +704,11 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
         )
 
 
+def _same_file(one: str, other: str) -> bool:
+    """Whether the paths `one` and `other` lead to the same place now (links resolved)."""
+    return os.path.realpath(one) == os.path.realpath(other)
+
+
 def _run_folder(spec: str, listed: list[str], extra: str) -> Path | None:
     """The folder the run imported its data module `spec` from (the module's recorded file,
     `listed[0]`, up its package's depth), where `extra`, a file data.json lists that the
@@ -709,7 +723,8 @@ def _run_folder(spec: str, listed: list[str], extra: str) -> Path | None:
     if depth >= len(module.parents):
         return None
     then = module.parents[depth]
-    return then if then != root and Path(extra).is_relative_to(then) else None
+    moved = Path(os.path.realpath(then)) == root  # the same folder, through a link now
+    return then if not moved and Path(extra).is_relative_to(then) else None
 
 
 def check_data_kept(run_dir: Path, manifest: CheckpointManifest, where: Path) -> None:
@@ -827,6 +842,11 @@ def check_data_module(path: Path, spec: str, listed: list[str], found: list[str]
     module = spec.rpartition(":")[0]
     if text.is_text_spec(spec) or data_files(spec) or not listed or found == listed[:1]:
         return  # not the module form, or a list data.json's own checks name
+    if found and _same_file(found[0], listed[0]) and not Path(listed[0]).is_symlink():
+        # The run's folder moved and a link left where it was (`A -> A2`): the same file,
+        # whose bytes data.json's sha256 checks (the seventy-first round: refused from
+        # either folder, "run from the directory the run was started from").
+        return
     recorded = Path(listed[0])
     if recorded.is_symlink() or (os.path.lexists(recorded) and not recorded.is_file()):
         # The file itself swapped since, here: a link (even to a copy), a FIFO or a folder

@@ -2416,6 +2416,42 @@ def test_a_run_folder_link_retargeted_since_names_the_folder_not_data_json(
         _forget_rt69()
 
 
+@pytest.mark.timeout(120)
+def test_a_run_folder_moved_with_a_link_left_in_its_place_resumes(tmp_path, capsys, monkeypatch):
+    """Found by the seventy-first round: the run's folder moved and a link left at its old
+    path (`mv A A2; ln -s A2 A`), the same bytes: a resume or an export from either was
+    refused, saying to run from the directory the run was started from, where it was run.
+    The same files are the run's data; a helper edited since is still refused by name."""
+    from executor.task import check_data, read_run_config
+
+    a, moved = tmp_path / "A", tmp_path / "A2"
+    a.mkdir()
+    helper = a / "rt69_helper.py"
+    helper.write_text("SCALE = 1.0\n")
+    (a / "rt69_mydata.py").write_text(LINKED_DATA)
+    monkeypatch.chdir(a)
+    argv = ["run", "--model", "vit-digits", "--data", "rt69_mydata:load", "--nproc", "1"]
+    argv += ["--runs-dir", str(tmp_path / "runs"), "--name", "m", "--prepare-only"]
+    try:
+        assert cli.main(argv) == 0, capsys.readouterr()
+    finally:
+        _forget_rt69()
+    capsys.readouterr()
+    run = tmp_path / "runs" / "m"
+    a.rename(moved)
+    a.symlink_to(moved, target_is_directory=True)
+    try:
+        for where in (a, moved):
+            monkeypatch.chdir(where)
+            check_data(run, read_run_config(run))
+            _forget_rt69()
+        (moved / "rt69_helper.py").write_text("SCALE = 9.0\n")
+        for command in (["run", "--resume", str(run)], ["export", str(run), "--out", "o"]):
+            refused(command, tmp_path, capsys, (str(helper), "changed since the run started"))
+    finally:
+        _forget_rt69()
+
+
 class _OddName(str):
     """A module's `__file__` that is a str whose methods raise (the sixty-ninth round's)."""
 
