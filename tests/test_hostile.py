@@ -1289,6 +1289,15 @@ def test_resume_refuses_flags_it_cannot_apply(finished_run, tmp_path, capsys, fl
     refused(["run", "--resume", str(run), *flags], tmp_path, capsys, fragment)
 
 
+@pytest.mark.parametrize("value", ["-1", "-0.5", "0", "0.5"])
+def test_a_collective_timeout_below_a_second_names_its_bound(tmp_path, capsys, value):
+    """Found by the seventy-first round: `--collective-timeout -1` was refused as "greater
+    than or equal to 0" (the general seconds' bound), which 0.5 is; its own bound is 1 s."""
+    argv = ["run", "--model", "bert-synth", "--data", "synth-text", "--nproc", "1"]
+    argv += ["--collective-timeout", value, "--prepare-only", "--runs-dir", str(tmp_path / "r")]
+    refused(argv, tmp_path, capsys, ("--collective-timeout", "greater than or equal to 1"))
+
+
 def test_resume_takes_a_path_spelled_as_the_run_was_started(tmp_path, monkeypatch):
     """Found by the seventy-first round: `run --resume runs/r --data train.jsonl` (or
     `--tokenizer tok`), the run's own files spelled as it was started, was refused as a

@@ -1789,6 +1789,26 @@ def test_a_valid_profile_of_long_timings_runs_as_it_plans(tmp_path, capsys, edit
     assert cli.main([*run, "--plan", str(plan), "--name", "planned"]) == 0, capsys.readouterr().err
 
 
+def test_a_calibrations_worst_residual_is_bounded(tmp_path, capsys):
+    """Found by the seventy-first round: a calibration's residual_max took any finite number
+    (1e300), where every other number of it has a range. A fitted step's |relative error| is
+    at most MAX_RESIDUAL (a prediction within MAX_SECONDS of a step of MIN_MEASURED_S): that
+    is read, past it is one line naming the field."""
+    from pipeplan.formats import Profile, load
+    from pipeplan.formats.profile import MAX_RESIDUAL
+
+    doc = json.loads(shipped_profile("vit-digits", "cpu").read_text())
+    _calibrated_at_maxima(doc)
+    doc["calibration"].update(residual_max=MAX_RESIDUAL)
+    profile = tmp_path / "cal.json"
+    profile.write_text(json.dumps(doc))
+    assert load(Profile, profile).calibration.residual_max == MAX_RESIDUAL
+    doc["calibration"].update(residual_max=1e300)
+    profile.write_text(json.dumps(doc))
+    argv = ["preview", "--profile", str(profile), "--global-batch", "32", "--samples", "320"]
+    refused(argv, tmp_path, capsys, ("calibration.residual_max", "less than or equal to"))
+
+
 def _times_scaled(doc: dict, factor: float) -> dict:
     """`doc` (a plan) with every predicted time times `factor`: still consistent with itself."""
 

@@ -613,6 +613,14 @@ def optimizer_rate(value: float) -> float:
     return value
 
 
+# The shortest time a profile may give as a layer's measurement: a timer's resolution is far
+# coarser; below it at every layer, a size's times are zeros (or made up).
+MIN_MEASURED_S = 1e-9
+# The largest |relative error| a fitted step can have: a prediction within MAX_SECONDS of a
+# measured step of MIN_MEASURED_S or more (the seventy-first round: residual_max 1e300 read).
+MAX_RESIDUAL = MAX_SECONDS / MIN_MEASURED_S
+
+
 class Calibration(Strict):
     """Corrections fitted from measured runs (`pipeplan calibrate`); the cost model applies
     them on top of the profile's measurements."""
@@ -678,7 +686,8 @@ class Calibration(Strict):
     phases_used: NonNegInt
     steps_used: NonNegInt
     residual_median: NonNegFloat = Field(description="Median |relative error| of fitted steps.")
-    residual_max: NonNegFloat
+    # A predicted step over a measured one, less 1: at most MAX_SECONDS over MIN_MEASURED_S.
+    residual_max: Annotated[NonNegFloat, Field(le=MAX_RESIDUAL)]
     not_fitted: dict[Text, Text] = Field(
         default_factory=dict,
         description="Parameters the runs cannot identify, left at their defaults (an all-reduce "
@@ -893,11 +902,6 @@ def _check_not_fitted(calibration: Calibration, name: str) -> None:
             f"not_fitted names {name}, but it holds {value!r}, a fitted value: unfitted, it is "
             f"{shown}{edited}"
         )
-
-
-# The shortest time a profile may give as a layer's measurement: a timer's resolution is far
-# coarser; below it at every layer, a size's times are zeros (or made up).
-MIN_MEASURED_S = 1e-9
 
 
 class ProfileSettings(Strict):

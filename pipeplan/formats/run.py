@@ -38,6 +38,7 @@ from pipeplan.formats.base import (
     MAX_EPOCHS,
     MAX_RECORD_BYTES,
     MAX_SAMPLES,
+    MAX_SECONDS,
     MAX_STEPS,
     NOT_A_FLAG,
     Bytes,
@@ -67,6 +68,7 @@ from pipeplan.formats.base import (
     int_list,
     leading_zero,
     load,
+    not_subnormal,
     out_of_memory,
     parse,
     read_input,
@@ -367,7 +369,14 @@ class RunConfig(Versioned):
     seed: Seed = Field(0, description="Seed for weights, data order and dropout.")
     # At least a second: the ranks' store waits take it too, and 1 ms failed them before any
     # collective ("run.jsonl: no such file", the timeout unnamed).
-    collective_timeout_s: Annotated[Seconds, Field(ge=1.0), Flag("--collective-timeout")] = Field(
+    # Its own bounds, not Seconds' (ge 0) narrowed: -1 was refused as "greater than or equal
+    # to 0", which 0.5 is (the seventy-first round).
+    collective_timeout_s: Annotated[
+        float,
+        Field(ge=1.0, le=MAX_SECONDS),
+        AfterValidator(not_subnormal),
+        Flag("--collective-timeout"),
+    ] = Field(
         600.0,
         description="Seconds (at least 1) a rank waits in a collective or transfer before the "
         "run stops, naming the rank that did not respond (also one stopped or, under torchrun, "
