@@ -4802,9 +4802,9 @@ def test_resume_refuses_a_checkpoint_folder_that_is_a_link(finished_run, tmp_pat
     "doc, expected",
     [
         (
-            {"collective_timeout_s": 5e-324},
-            "run.json: invalid run config: field 'collective_timeout_s': 5e-324 s is a "
-            "subnormal number, not a measured time",
+            {"data": "\x00"},
+            "run.json: invalid run config: field 'data': holds the control character U+0000; "
+            "names, paths and versions are printed on one line",
         ),
         (
             {"freeze": "list"},

@@ -68,7 +68,6 @@ from pipeplan.formats.base import (
     int_list,
     leading_zero,
     load,
-    not_subnormal,
     out_of_memory,
     parse,
     read_input,
@@ -372,10 +371,7 @@ class RunConfig(Versioned):
     # Its own bounds, not Seconds' (ge 0) narrowed: -1 was refused as "greater than or equal
     # to 0", which 0.5 is (the seventy-first round).
     collective_timeout_s: Annotated[
-        float,
-        Field(ge=1.0, le=MAX_SECONDS),
-        AfterValidator(not_subnormal),
-        Flag("--collective-timeout"),
+        float, Field(ge=1.0, le=MAX_SECONDS), Flag("--collective-timeout")
     ] = Field(
         600.0,
         description="Seconds (at least 1) a rank waits in a collective or transfer before the "
