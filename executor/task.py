@@ -606,20 +606,20 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
     check_data_module(path, cfg.data, listed, expected)
     extra = sorted(set(listed) - set(expected))
     missing = sorted(set(expected) - set(listed))
-    if not text.is_text_spec(cfg.data):  # the module's file, now through a moved folder's link
-        extra = [p for p in extra if not any(_same_file(p, e) for e in missing)]
-        missing = [p for p in missing if not any(_same_file(p, e) for e in listed)]
     twice = sorted({p for p in listed if listed.count(p) > 1})
     if not text.is_text_spec(cfg.data):
         # A module's helpers are whatever it imported when the run started (`data_record`):
         # any of the user's .py files under its folder may be listed; each is hashed below.
-        # Through a link too: the run's folder moved, a link left where it was.
+        # Through a link too, the module's file as well: the run's folder moved, a link left
+        # where it was.
         extra = [
             p
             for p in extra
-            if not is_helper_file(cfg.data, Path(p))
+            if not any(_same_file(p, e) for e in missing)
+            and not is_helper_file(cfg.data, Path(p))
             and not is_helper_file(cfg.data, Path(os.path.realpath(p)))
         ]
+        missing = [p for p in missing if not any(_same_file(p, e) for e in listed)]
     reads, s = _what_reads(cfg)
     folder = cfg.tokenizer or cfg.model  # a text run's tokenizer, absolute in run.json
     # In the folder or (chat templates) a folder of it.
