@@ -366,10 +366,11 @@ def _run_held(nproc: int, args: tuple, deadline_s: float, what: str, said: Path)
         raise RankFailedError(f"{what}: rank {rank} died ({why})", rank) from None
     finally:
         spawn_log.setLevel(level)
-        for process in ctx.processes if ctx else ():
+        processes = ctx.processes if ctx else []
+        for process in processes:
             if process.is_alive():
                 process.kill()
-        for process in ctx.processes if ctx else ():
+        for process in processes:
             process.join(timeout=5)
 
 
