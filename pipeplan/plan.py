@@ -563,11 +563,18 @@ def _shortest_path(
             evaluated[layout] = model.evaluate(layout, record=False)
         return evaluated[layout]
 
+    uncached_of: dict[Layout, Layout] = {}  # a cached layout's uncached twin, copied once
+
+    def uncached_steady(layout: Layout) -> Evaluation:
+        if layout not in uncached_of:
+            uncached_of[layout] = layout.model_copy(update={"cached": False})
+        return steady(uncached_of[layout])
+
     def priced(layout: Layout, previous: Layout | None, epochs: int, beat: float) -> _Choice:
         """`layout` after `previous`, or on the ranks `_moved_onto` offers where that is
         cheaper (the same step, a smaller move): a sequence's transitions are priced so.
         Those are sought only where they could cost less than `beat`."""
-        uncached = steady(layout.model_copy(update={"cached": False})) if layout.cached else None
+        uncached = uncached_steady(layout) if layout.cached else None
         best = priced_choice(model, shape, layout, previous, steady(layout), uncached)
         if previous is None or best.transition_s == 0:
             return best
