@@ -744,11 +744,16 @@ def _hooks() -> tuple[Any, ...]:
 
 
 def _hooks_put_back(hooks: tuple[Any, ...]) -> list[str]:
-    """The HOOKS put back as they were (`hooks`: `_hooks()` before the data's code ran); the
-    ones it had changed, named."""
-    changed = [name for (name, get, _), was in zip(HOOKS, hooks, strict=True) if get() is not was]
-    for (_, _, put), was in zip(HOOKS, hooks, strict=True):
-        put(was)
+    """The HOOKS the data's code changed put back as they were (`hooks`: `_hooks()` before it
+    ran), and named. Only those: a profiler set in C (`python -m cProfile`, whose
+    `sys.getprofile()` is its Profile object) cannot be set again through `sys.setprofile`,
+    which took the object for a Python function and failed the next call with "'Profile'
+    object is not callable" (a launcher or rank profiled so: a traceback)."""
+    changed = []
+    for (name, get, put), was in zip(HOOKS, hooks, strict=True):
+        if get() is not was:
+            changed.append(name)
+            put(was)
     return changed
 
 

@@ -7097,6 +7097,32 @@ def test_data_code_that_registers_exit_callbacks_is_refused_and_they_are_taken_o
 
 
 @pytest.mark.timeout(60)
+def test_a_profiler_set_in_c_is_kept_through_the_datas_code():
+    """Found as this project's own ranks were profiled (`python -m cProfile -m executor.launch`,
+    and `python -m cProfile cli.py run …`): the hooks data code may leave set were all set
+    again after it ran, and `sys.setprofile` took cProfile's Profile object (what
+    `sys.getprofile()` gives for a profiler set in C) for a Python function: the next call
+    failed with "'Profile' object is not callable", a traceback. Only the hooks the data's
+    code changed are put back; the profiler goes on profiling."""
+    import cProfile
+    import pstats
+
+    from executor.data import load_data
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        task = load_data("executor.demotasks:target")
+        made = sum(len(task.train[i][0].shape) for i in range(3))
+    finally:
+        profiler.disable()
+    assert made == 9  # three (1, 8, 8) images
+    assert sys.getprofile() is None
+    seen = {name for _, _, name in pstats.Stats(profiler).stats}
+    assert "load_data" in seen and "__getitem__" in seen  # profiled after the data ran too
+
+
+@pytest.mark.timeout(60)
 def test_data_code_that_adds_an_audit_hook_is_refused_and_the_hook_kept_out(
     tmp_path, capsys, monkeypatch
 ):
