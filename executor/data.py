@@ -3043,18 +3043,30 @@ def _rebinds(module: types.ModuleType) -> frozenset[str]:
     code elsewhere may change."""
     space = vars(module)
     functions = []
-    for value in list(space.values()):
-        if issubclass(type(value), type) and getattr(value, "__module__", None) == module.__name__:
-            functions += list(vars(value).values())
-        else:
-            functions.append(value)
     codes = []
-    for value in functions:
-        for part in (value, *(getattr(value, key, None) for key in ("__func__", "fget", "fset"))):
-            with contextlib.suppress(Exception):  # an object whose attributes fail: none
-                function = inspect.unwrap(part)
-                if type(function) is types.FunctionType and function.__globals__ is space:
-                    codes.append(function.__code__)
+    # Reading a library's objects can warn: `torch.distributed.reduce_op`'s deprecation, read
+    # here once a torchrun rank's process group had changed a flag of torch.distributed, was
+    # four lines of FutureWarning on every rank's console.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for value in list(space.values()):
+            if (
+                issubclass(type(value), type)
+                and getattr(value, "__module__", None) == module.__name__
+            ):
+                functions += list(vars(value).values())
+            else:
+                functions.append(value)
+        for value in functions:
+            parts = [value]
+            for key in ("__func__", "fget", "fset"):
+                with contextlib.suppress(Exception):  # an object whose attributes fail: none
+                    parts.append(getattr(value, key, None))
+            for part in parts:
+                with contextlib.suppress(Exception):
+                    function = inspect.unwrap(part)
+                    if type(function) is types.FunctionType and function.__globals__ is space:
+                        codes.append(function.__code__)
     names: set[str] = set()
     while codes:
         code = codes.pop()

@@ -7097,6 +7097,27 @@ def test_data_code_that_registers_exit_callbacks_is_refused_and_they_are_taken_o
 
 
 @pytest.mark.timeout(60)
+def test_reading_a_librarys_names_for_the_rank_guard_says_no_warning():
+    """Found as a run of module data was started under torchrun (`-m executor.launch RUN`):
+    each rank printed four raw lines of `FutureWarning: torch.distributed.reduce_op is
+    deprecated` (two of them named executor/data.py) once its process group had changed a
+    flag of torch.distributed, as the guard read that module's objects (`_rebinds`) to tell
+    its own state from a patch. Under `pipeplan run` they went to the ranks' logs."""
+    import warnings
+
+    import torch.distributed as dist
+
+    from executor.data import _rebinds
+
+    _rebinds.cache_clear()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        names = _rebinds(dist)
+    assert [str(w.message) for w in said] == []
+    assert isinstance(names, frozenset)
+
+
+@pytest.mark.timeout(60)
 def test_a_profiler_set_in_c_is_kept_through_the_datas_code():
     """Found as this project's own ranks were profiled (`python -m cProfile -m executor.launch`,
     and `python -m cProfile cli.py run …`): the hooks data code may leave set were all set
