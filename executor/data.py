@@ -763,9 +763,11 @@ def hooks_kept(spec: str, doing: str) -> Iterator[None]:
     one line; put back either way. Found by the fifty-second round: set in a `__getitem__`,
     a tracer ran for the whole run, in silence (the import and the function were held)."""
     hooks = _hooks()
+    _DATA_RUNNING.append(_module_name(spec.rpartition(":")[0]) if ":" in spec else None)
     try:
         yield
     finally:
+        _DATA_RUNNING.pop()
         try:
             left = _hooks_put_back(hooks)
         except Exception as exc:  # a tracer that raised here (Python has taken it off)
@@ -2870,6 +2872,7 @@ RANK_STATE = frozenset(
         "executor.checkpoint._READ_FROM",
         "executor.data._ACTIVE",
         "executor.data._BROUGHT_IN",
+        "executor.data._DATA_RUNNING",
         "executor.data._DESCRIPTORS",
         "executor.data._HELD_DESCRIPTORS",
         "executor.data._IMPORTED_BY",
@@ -5302,6 +5305,9 @@ _BROUGHT_IN: dict[Path, tuple[set[str], str]] = {}
 # the name of the module whose code ran the import (`_importer`), None where no code outside
 # installed code did.
 _IMPORTED_BY: dict[str, str | None] = {}
+# The data module whose code runs now (its import, its function, an item read: `hooks_kept`),
+# innermost last; None for data of no module.
+_DATA_RUNNING: list[str | None] = []
 
 
 class _ImportWitness:
@@ -5315,7 +5321,13 @@ class _ImportWitness:
 
     @staticmethod
     def find_spec(name: str, path: Any = None, target: Any = None) -> None:
-        _IMPORTED_BY[name] = _importer()
+        importer = _importer()
+        if importer is None and _DATA_RUNNING:
+            # Only installed code asked, while the data's code ran: a thread it started (a
+            # pool's worker unpickling a helper's object), on its behalf (the seventy-
+            # second round: left out of data.json, the helper edited, a resume trained on).
+            importer = _DATA_RUNNING[-1]
+        _IMPORTED_BY[name] = importer
 
 
 def _witness_imports() -> None:
@@ -5338,9 +5350,27 @@ def _importer() -> str | None:
         file = frame.f_code.co_filename
         if not (file.startswith(installed) or file.startswith("<frozen ")):
             name = frame.f_globals.get("__name__")
-            return name if type(name) is str else None
+            # Code of no imported module is passed through to the code that ran it: a string
+            # the data's code `exec`s, a file it runs by path (`spec_from_file_location`
+            # without sys.modules, `runpy.run_path`'s `<run_path>` while it runs), whose
+            # `import helper` was counted for no module (the seventy-second round).
+            if (
+                type(name) is str
+                and not name.startswith("<")
+                and _globals_of(name) is frame.f_globals
+            ):
+                return name
         frame = frame.f_back
     return None
+
+
+def _globals_of(name: str) -> Any:
+    """The namespace of the imported module `name` (None where there is none: an object in
+    sys.modules whose attributes fail is no module of the user's)."""
+    try:
+        return vars(sys.modules[name])
+    except Exception:
+        return None
 
 
 @cache

@@ -638,6 +638,52 @@ def test_a_module_of_the_folder_imported_for_other_code_is_not_the_datas(tmp_pat
     ]
 
 
+def test_a_helper_imported_from_a_thread_or_from_code_of_no_module_is_the_datas(
+    tmp_path, monkeypatch
+):
+    """Found by the seventy-second round: a helper imported for the data on a worker thread
+    (a pool's `torch.load` of an object of its class: no code of the user's on that thread's
+    stack), by a string the data's code `exec`s, or by a file it runs by path (with
+    `spec_from_file_location`, or `runpy.run_path`: code of no imported module) was counted
+    for no one and left out of data.json; edited, a resume trained on it, exit 0. Such code
+    is passed through to the code that ran it, and an import only installed code asked for
+    while the data's code runs is the data's."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("rt72_pooled", "rt72_execd", "rt72_bypath", "rt72_runpy"):
+        (data / f"{name}.py").write_text("K = 1\n")
+    (data / "rt72_config.py").write_text("import rt72_bypath\n")
+    (data / "rt72_ran.py").write_text("import rt72_runpy\n")
+    (data / "rt72_unused.py").write_text("K = 2\n")
+    (data / "rt72_data.py").write_text(
+        "import importlib.util, pickle, runpy\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "from pathlib import Path\n"
+        "import torch\n"
+        "from torch.utils.data import TensorDataset\n"
+        "HERE = Path(__file__).parent\n"
+        "def load(seed=0):\n"
+        "    with ThreadPoolExecutor(1) as pool:\n"  # unpickles rt72_pooled.K on its thread
+        "        pool.submit(pickle.loads, b'crt72_pooled\\nK\\n.').result()\n"
+        "    exec('import rt72_execd', {})\n"
+        "    spec = importlib.util.spec_from_file_location('experiment', HERE / 'rt72_config.py')\n"
+        "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "    runpy.run_path(str(HERE / 'rt72_ran.py'))\n"
+        "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
+        "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+    )
+    monkeypatch.syspath_prepend(str(data))
+    for name in ("rt72_data", "rt72_pooled", "rt72_execd", "rt72_bypath", "rt72_runpy"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    D._load_user("rt72_data:load", 0)
+    assert D.helper_files("rt72_data:load") == [
+        data / "rt72_bypath.py",
+        data / "rt72_execd.py",
+        data / "rt72_pooled.py",
+        data / "rt72_runpy.py",
+    ]
+
+
 def test_helpers_linked_into_the_datas_folder_are_recorded_by_their_place(tmp_path, monkeypatch):
     """Found by the sixty-eighth round: a helper module (or package) in the data's folder that
     is a link to files kept elsewhere was left out of data.json, so a resume after its edit
