@@ -287,7 +287,9 @@ from executor.task import (
     read_data_record,
     read_files,
     read_run_config,
+    recorded_paths,
 )
+from executor.text import is_text_spec
 from executor.topology import host_group
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
@@ -2547,6 +2549,25 @@ def summarize(run_dir: Path, cfg: RunConfig) -> RunSummary:
 RESUME_FLAGS = RESUMABLE
 
 
+def _same_files(given: RunConfig, saved: RunConfig, field: str) -> bool:
+    """Whether the path flag `field` given to `--resume` (made absolute as run.json's are)
+    names the files the saved one names, by where each path leads (a data module's function
+    the same too). Found by the seventy-second round: a project moved with a link left at
+    its old path, resumed through the link with its own `--data train.jsonl`, was refused as
+    a change of --data (run.json's paths read through the link, the working directory is the
+    folder it leads to). What the files hold is data.json's sha256's to check."""
+    ours, theirs = recorded_paths(given).get(field), recorded_paths(saved).get(field)
+    if not ours or theirs is None or len(ours) != len(theirs):  # no path, or another count
+        return False
+    function = given.data.rpartition(":")[2] != saved.data.rpartition(":")[2]
+    if field == "data" and not is_text_spec(saved.data) and function:
+        return False  # another function of the module
+    return all(
+        os.path.realpath(mine) == os.path.realpath(was)
+        for mine, was in zip(ours, theirs, strict=True)
+    )
+
+
 def resumed_config(saved: RunConfig, given: dict[str, Any]) -> RunConfig:
     """`resumed_config(saved, {"epochs": 8})`: the saved configuration with the flags given to
     `--resume` applied (RESUME_FLAGS), validated as a fresh run's; BadArgumentError naming the
@@ -2559,7 +2580,7 @@ def resumed_config(saved: RunConfig, given: dict[str, Any]) -> RunConfig:
             spelled = absolute_paths(build(RunConfig, {**saved.model_dump(), field: given[field]}))
         except PipeplanError:
             continue
-        if getattr(spelled, field) == getattr(saved, field):
+        if getattr(spelled, field) == getattr(saved, field) or _same_files(spelled, saved, field):
             del changed[field]
     if "freeze" in changed and saved.freeze == "list" and isinstance(changed["freeze"], str):
         # `--freeze 0,2,4` is stored as freeze=list with the layers: the same list is no change.

@@ -1320,6 +1320,27 @@ def test_resume_takes_a_path_spelled_as_the_run_was_started(tmp_path, monkeypatc
     assert resumed_config(saved, same).data == saved.data
     with pytest.raises(PipeplanError, match="cannot change --data"):
         resumed_config(saved, {"data": "other.jsonl"})
+    # The seventy-second round: the project moved, a link left at its old path, resumed from
+    # there (the working directory is where the link leads): the same files, no change.
+    moved = tmp_path.parent / f"{tmp_path.name}-moved"
+    tmp_path.rename(moved)
+    tmp_path.symlink_to(moved)
+    monkeypatch.chdir(tmp_path)
+    assert Path.cwd() == moved
+    assert resumed_config(saved, same).data == saved.data
+    with pytest.raises(PipeplanError, match="cannot change --data"):
+        resumed_config(saved, {"data": "other.jsonl"})
+    module = {"model": "gpt2-tiny", "data": "./mydata.py:load"}
+    (moved / "mydata.py").write_text("def load():\n    pass\n")
+    tmp_path.unlink()
+    moved.rename(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    saved = absolute_paths(build(RunConfig, module))
+    tmp_path.rename(moved)
+    tmp_path.symlink_to(moved)
+    assert resumed_config(saved, {"data": "./mydata.py:load"}).data == saved.data
+    with pytest.raises(PipeplanError, match="cannot change --data"):
+        resumed_config(saved, {"data": "./mydata.py:other"})
 
 
 @pytest.mark.multiprocess
