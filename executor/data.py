@@ -676,7 +676,11 @@ def _load_user(spec: str, seed: int) -> TaskData:
 
 
 def _load_user_data(spec: str, seed: int, target: str, func_name: str) -> TaskData:
-    _forget_if_edited(target, spec)  # pipeplan's own doing: before the import system is held
+    # pipeplan's own doing: before the import system is held
+    if not _names_a_file(target):
+        with _data_directory_on_path():
+            _forget_if_elsewhere(target)
+    _forget_if_edited(target, spec)
     _witness_imports()
     before = set(sys.modules)
     _PASSED_ON.clear()  # a new loading of the data: its warnings are said again
@@ -5289,6 +5293,7 @@ def module_place(spec: str) -> Path | None:
         return None
     try:
         with _data_directory_on_path():
+            _forget_if_elsewhere(target)
             found = importlib.util.find_spec(target)  # a package's parents are imported
     except Exception:  # not found, or a parent that fails to import: the import says why
         return None
@@ -5710,6 +5715,32 @@ def _is_file(path: Path) -> bool:
         return path.is_file()
     except (OSError, ValueError):
         return False
+
+
+def _forget_if_elsewhere(target: str) -> None:
+    """Take the module `target` (its top-level package, with every module of it) out of
+    sys.modules where the import rule finds that name in another file now: a Python API
+    caller that moved to another project's directory (`os.chdir`), whose own `mydata.py`
+    the next call must import, as a new process would. Found by the seventy-second round:
+    the first directory's module was kept, the run refused as if it were the other's, and
+    data.json named the other directory's file. Only a name found by the path finder (not
+    an installed package's own finder) is looked at."""
+    top = target.partition(".")[0]
+    module = sys.modules.get(top)
+    file = getattr(module, "__file__", None) if module is not None else None
+    if type(file) is not str or top in RANK_PACKAGES or file.startswith(_installed_prefixes()):
+        return  # pipeplan's own, an installed library's: never taken out
+    try:
+        found = importlib.machinery.PathFinder.find_spec(top)
+    except Exception:  # an entry of sys.path that fails: the import says so
+        return
+    if found is None or type(found.origin) is not str:
+        return
+    if os.path.realpath(found.origin) == os.path.realpath(file):
+        return
+    for name in [name for name in sys.modules if name == top or name.startswith(f"{top}.")]:
+        sys.modules.pop(name, None)
+    importlib.invalidate_caches()
 
 
 def _forget_if_edited(target: str, spec: str) -> None:

@@ -684,6 +684,34 @@ def test_a_helper_imported_from_a_thread_or_from_code_of_no_module_is_the_datas(
     ]
 
 
+def test_a_call_from_another_directory_imports_that_directorys_module(tmp_path, monkeypatch):
+    """Found by the seventy-second round: a Python API caller that ran a call in project x,
+    then `os.chdir` to project y (each with its own `mydata.py`) and called again, kept x's
+    module: the run was refused as if it were another's, and an export or resume of y's
+    own run said y's file was x's. The name is imported afresh where the import rule finds
+    it in another file now; found where it was, it is kept (not imported again)."""
+    for project, label in (("x", 0), ("y", 1)):
+        (tmp_path / project).mkdir()
+        (tmp_path / project / "rt72_mydata.py").write_text(
+            "import torch\n"
+            "from torch.utils.data import TensorDataset\n"
+            "def load(seed=0):\n"
+            f"    x, y = torch.zeros(4, 1, 8, 8), torch.full((4,), {label})\n"
+            "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+        )
+    monkeypatch.delitem(sys.modules, "rt72_mydata", raising=False)
+    monkeypatch.chdir(tmp_path / "x")
+    assert int(D._load_user("rt72_mydata:load", 0).train[0][1]) == 0
+    first = sys.modules["rt72_mydata"]
+    assert int(D._load_user("rt72_mydata:load", 0).train[0][1]) == 0
+    assert sys.modules["rt72_mydata"] is first  # the same file: kept
+    monkeypatch.chdir(tmp_path / "y")
+    assert D.module_place("rt72_mydata:load") == tmp_path / "y" / "rt72_mydata.py"
+    assert int(D._load_user("rt72_mydata:load", 0).train[0][1]) == 1
+    assert D.main_file("rt72_mydata:load") == tmp_path / "y" / "rt72_mydata.py"
+    monkeypatch.delitem(sys.modules, "rt72_mydata", raising=False)
+
+
 def test_helpers_linked_into_the_datas_folder_are_recorded_by_their_place(tmp_path, monkeypatch):
     """Found by the sixty-eighth round: a helper module (or package) in the data's folder that
     is a link to files kept elsewhere was left out of data.json, so a resume after its edit
