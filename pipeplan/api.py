@@ -303,7 +303,21 @@ def _value(option: Option, value: Any) -> Any:
         )
     if isinstance(value, str):
         value = _text(value, option.spelling, longest=None)
-    if getattr(value, "ndim", 0) >= 1 and hasattr(value, "tolist"):  # numpy's, torch's
+    dimensions = getattr(value, "ndim", 0)  # numpy's, torch's; another object's may be anything
+    array = type(dimensions) is int and dimensions >= 1 and hasattr(value, "tolist")
+    sequence = isinstance(value, list | tuple) or array
+    if sequence and not _is_list(option):
+        # One value's option: `collective_timeout=np.array([5.0])` was told "expected whole
+        # numbers", a list option's words (the seventy-second round).
+        try:
+            shown = excerpt(repr(value))
+        except Exception:  # a repr of the user's that fails
+            shown = f"a {excerpt(type(value).__name__)}"
+        raise BadArgumentError(
+            f"{option.spelling}: {shown} is a sequence; the option takes one value (a number "
+            "or text)"
+        )
+    if array:
         value = value.tolist()  # its items held as a list's (a float array was taken)
     if isinstance(value, list | tuple):  # `boundaries=[0, 5, 10]`, as "0,5,10" typed
         # `[0, True, 10]` planned 0,1,10 (the fifty-fifth round): each item is a number

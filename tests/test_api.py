@@ -161,6 +161,11 @@ class _RaisingInt(int):
         (pipeplan.plan, dict(boundaries=np.array([0.0, 4.0, 10.0])), "--boundaries: expected who"),
         (pipeplan.plan, dict(boundaries=torch.tensor([0.0, 4.0, 10.0])), "--boundaries: expect"),
         (pipeplan.preview, dict(inter_bw=5), "--inter-bw: bandwidth '5' has no unit"),
+        # The seventy-second round: a sequence for an option of one value was told "expected
+        # whole numbers", a list option's words.
+        (pipeplan.preview, dict(alpha=np.array([0.5])), "--alpha: array([0.5]) is a sequence;"),
+        (pipeplan.preview, dict(epochs=(5.0,)), "--epochs: (5.0,) is a sequence; the option"),
+        (pipeplan.plan, dict(inter_bw=torch.tensor([2.5])), "--inter-bw: tensor([2.5000]) is"),
         # And `out` beside a value of the wrong type: a TypeError from pathlib.
         (pipeplan.plan, dict(cluster=5, out="o.json"), "--cluster: Input should be a valid str"),
     ],
