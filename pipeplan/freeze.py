@@ -88,8 +88,12 @@ def list_schedule(
     limit = num_blocks + 1
     for epoch, value in enumerate(frozen_layers):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+            # A file's `true` is named as the file spells it, not as Python's True (the
+            # seventy-second round).
+            boolean = isinstance(value, bool)
+            shown = f"{str(value).lower()} (a boolean)" if boolean else quoted(value)
             raise BadArgumentError(
-                f"freeze schedule epoch {epoch}: {quoted(value)} is not a frozen-layer count in "
+                f"freeze schedule epoch {epoch}: {shown} is not a frozen-layer count in "
                 f"0..{limit} (the head, layer {limit}, is never frozen)"
             )
     for epoch in range(1, len(frozen_layers)):

@@ -88,6 +88,9 @@ def test_trajectory_file(tmp_path):
         ([0, -1], "epoch 1: -1 is not"),
         ([0, 3, 2], "epoch 2: 2 < 3"),
         ([0, 99], "epoch 1: 99 is not"),
+        # The seventy-second round: JSON's `true` was named as Python's True.
+        ([0, 2, True], "epoch 2: true \\(a boolean\\) is not"),
+        ([False, 2], "epoch 0: false \\(a boolean\\) is not"),
     ],
 )
 def test_a_trajectory_files_bad_element_names_the_file(tmp_path, values, error):
