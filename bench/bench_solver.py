@@ -49,6 +49,7 @@ from pipeplan.formats import (
 from pipeplan.formats.profile import NULL_WHEN_UNFITTED
 from pipeplan.freeze import alpha_schedule
 from pipeplan.partition import PartitionProblem, brute_force_partition, solve_partition
+import pipeplan.plan as plan_module
 from pipeplan.plan import compare_partitions, make_plan, make_preview
 from pipeplan.solver import PhaseSearch, Pins, solve_phase
 from pipeplan.synthetic import SyntheticLayer, preset_profile, synthetic_profile, transformer_layers
@@ -438,6 +439,20 @@ def bench_speed(big: bool, repeats: int) -> None:
         f"of one epoch (a cached phase is searched only where its cache can hit: none here): "
         f"full elastic plan in min {min(timings):.3f} s, median "
         f"{statistics.median(timings):.3f} s, max {max(timings):.3f} s ({repeats} repeats)"
+    )
+    # The schedule-wide choice's widening (`plan._widened`) apart: the same plan without it.
+    widened = plan_module._widened
+    plan_module._widened = lambda *args, **kwargs: ([], True)
+    try:
+        unwidened, same = timed_plan(
+            profile, cluster, repeats, global_batch=512, samples=100_000, epochs=10, freeze=freeze
+        )
+    finally:
+        plan_module._widened = widened
+    print(
+        f"  without the widening: min {min(unwidened):.3f} s, median "
+        f"{statistics.median(unwidened):.3f} s; the same plan: "
+        f"{same.model_dump_json() == plan.model_dump_json()}"
     )
     # Every phase solved both ways, as a plan with phases of several epochs does.
     model = CostModel(profile, cluster)
