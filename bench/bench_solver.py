@@ -25,6 +25,7 @@ from importlib import resources
 
 import numpy as np
 
+import pipeplan.plan as plan_module
 from pipeplan.cluster import cluster_from_flags
 from pipeplan.costmodel import (
     EXACT_FAMILY_MAPS,
@@ -49,7 +50,6 @@ from pipeplan.formats import (
 from pipeplan.formats.profile import NULL_WHEN_UNFITTED
 from pipeplan.freeze import alpha_schedule
 from pipeplan.partition import PartitionProblem, brute_force_partition, solve_partition
-import pipeplan.plan as plan_module
 from pipeplan.plan import compare_partitions, make_plan, make_preview
 from pipeplan.solver import PhaseSearch, Pins, solve_phase
 from pipeplan.synthetic import SyntheticLayer, preset_profile, synthetic_profile, transformer_layers
