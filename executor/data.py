@@ -682,6 +682,7 @@ def _load_user_data(spec: str, seed: int, target: str, func_name: str) -> TaskDa
             _forget_if_elsewhere(target)
     _forget_if_edited(target, spec)
     _witness_imports()
+    _LOADED[:] = [_module_name(target)]
     before = set(sys.modules)
     _PASSED_ON.clear()  # a new loading of the data: its warnings are said again
     with (
@@ -767,7 +768,10 @@ def hooks_kept(spec: str, doing: str) -> Iterator[None]:
     one line; put back either way. Found by the fifty-second round: set in a `__getitem__`,
     a tracer ran for the whole run, in silence (the import and the function were held)."""
     hooks = _hooks()
-    _DATA_RUNNING.append(_module_name(spec.rpartition(":")[0]) if ":" in spec else None)
+    # Whose code runs: the data module loaded last (a rank's one; `spec` may be the data's own
+    # name, which a rank's reads give), and the threads that were there before it began.
+    before = frozenset(t.ident for t in threading.enumerate()) - {threading.get_ident()}
+    _DATA_RUNNING.append((_LOADED[-1] if _LOADED else None, before))
     try:
         yield
     finally:
@@ -2877,6 +2881,7 @@ RANK_STATE = frozenset(
         "executor.data._ACTIVE",
         "executor.data._BROUGHT_IN",
         "executor.data._DATA_RUNNING",
+        "executor.data._LOADED",
         "executor.data._DESCRIPTORS",
         "executor.data._HELD_DESCRIPTORS",
         "executor.data._IMPORTED_BY",
@@ -5312,7 +5317,9 @@ _BROUGHT_IN: dict[Path, tuple[set[str], str]] = {}
 _IMPORTED_BY: dict[str, str | None] = {}
 # The data module whose code runs now (its import, its function, an item read: `hooks_kept`),
 # innermost last; None for data of no module.
-_DATA_RUNNING: list[str | None] = []
+_DATA_RUNNING: list[tuple[str | None, frozenset[int | None]]] = []
+# The data modules loaded in this process, the last one last (`_load_user_data`).
+_LOADED: list[str] = []
 
 
 class _ImportWitness:
@@ -5327,11 +5334,16 @@ class _ImportWitness:
     @staticmethod
     def find_spec(name: str, path: Any = None, target: Any = None) -> None:
         importer = _importer()
-        if importer is None and _DATA_RUNNING:
+        running = _DATA_RUNNING[-1] if _DATA_RUNNING else (None, frozenset())
+        thread = threading.get_ident()
+        # (a thread the data's code left running earlier, a pool it keeps, is its own)
+        if importer is None and (thread not in running[1] or thread in pipeplan_log.DATA_THREADS):
             # Only installed code asked, while the data's code ran: a thread it started (a
             # pool's worker unpickling a helper's object), on its behalf (the seventy-
             # second round: left out of data.json, the helper edited, a resume trained on).
-            importer = _DATA_RUNNING[-1]
+            # A thread that was there before (the caller's own: the seventy-third round) is
+            # not the data's.
+            importer = running[0]
         _IMPORTED_BY[name] = importer
 
 

@@ -6,6 +6,7 @@ import os
 import site
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -682,6 +683,53 @@ def test_a_helper_imported_from_a_thread_or_from_code_of_no_module_is_the_datas(
         data / "rt72_pooled.py",
         data / "rt72_runpy.py",
     ]
+
+
+def test_a_thread_that_was_there_before_the_data_ran_imports_for_its_own_code(
+    tmp_path, monkeypatch
+):
+    """Found by the seventy-third round, of the fix above: an import only installed code asked
+    for was the data's on any thread, so a module the caller's own thread (started before
+    the call) imported as the data loaded was recorded in data.json, and edited, refused the
+    run's export and resume; and a rank's reads, which name the data by its own name, not
+    `module:function`, credited a pool's import to no one (a helper edited, a resume
+    trained on it). A thread the data's code started is the data's, for the data module
+    loaded last."""
+    import builtins
+    import threading
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("rt73_callers", "rt73_read"):
+        (data / f"{name}.py").write_text("K = 1\n")
+    (data / "rt73_data.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import TensorDataset\n"
+        "def load(seed=0):\n"
+        "    rt73_meanwhile()\n"  # the caller's thread imports, as the data loads
+        "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
+        "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+    )
+    go = threading.Event()
+    callers = threading.Thread(
+        target=lambda: go.wait(30) and importlib.import_module("rt73_callers")
+    )
+    callers.start()  # before the data's code: the caller's, not the data's
+
+    def meanwhile():
+        go.set()
+        callers.join(30)
+
+    monkeypatch.setattr(builtins, "rt73_meanwhile", meanwhile, raising=False)
+    monkeypatch.syspath_prepend(str(data))
+    for name in ("rt73_data", "rt73_callers", "rt73_read"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    D._load_user("rt73_data:load", 0)
+    assert "rt73_callers" in sys.modules
+    # A rank's read, naming the data by its own name:
+    with D.hooks_kept("t", "reading a batch"), ThreadPoolExecutor(1) as pool:
+        pool.submit(importlib.import_module, "rt73_read").result()
+    assert D.helper_files("rt73_data:load") == [data / "rt73_read.py"]
 
 
 def test_a_call_from_another_directory_imports_that_directorys_module(tmp_path, monkeypatch):
