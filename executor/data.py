@@ -5730,29 +5730,56 @@ def _is_file(path: Path) -> bool:
 
 
 def _forget_if_elsewhere(target: str) -> None:
-    """Take the module `target` (its top-level package, with every module of it) out of
-    sys.modules where the import rule finds that name in another file now: a Python API
-    caller that moved to another project's directory (`os.chdir`), whose own `mydata.py`
-    the next call must import, as a new process would. Found by the seventy-second round:
-    the first directory's module was kept, the run refused as if it were the other's, and
-    data.json named the other directory's file. Only a name found by the path finder (not
-    an installed package's own finder) is looked at."""
+    """Take the module `target` (its top-level package, with every module of it, and the
+    user's modules recorded with it) out of sys.modules where the import rule finds that
+    name in another place now: a Python API caller that moved to another project's
+    directory (`os.chdir`), whose own `mydata.py` the next call must import, as a new
+    process would. Found by the seventy-second round: the first directory's module was
+    kept, the run refused as if it were the other's, and data.json named the other
+    directory's file. By the seventy-third: places compared as imported, not as resolved
+    (two projects' `mydata.py` linked to one shared file, each with its own helper), and a
+    namespace package by its folders. Only a name found by the path finder (not an
+    installed package's own finder) is looked at."""
     top = target.partition(".")[0]
-    module = sys.modules.get(top)
-    file = getattr(module, "__file__", None) if module is not None else None
-    if type(file) is not str or top in RANK_PACKAGES or file.startswith(_installed_prefixes()):
-        return  # pipeplan's own, an installed library's: never taken out
-    try:
-        found = importlib.machinery.PathFinder.find_spec(top)
-    except Exception:  # an entry of sys.path that fails: the import says so
+    if top in RANK_PACKAGES:
+        return  # pipeplan's own: never taken out
+    parts, path = target.split("."), None  # None: sys.path, for the top level
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        was = _places(sys.modules.get(name))
+        if not was or any(place.startswith(_installed_prefixes()) for place in was):
+            return  # not imported, or an installed library's: never taken out
+        try:
+            found = importlib.machinery.PathFinder.find_spec(name, path)
+        except Exception:  # an entry of sys.path that fails: the import says so
+            return
+        if found is None:
+            return
+        if _places(found) != was:
+            break
+        path = found.submodule_search_locations
+        if path is None:
+            return  # the same module, found where it was
+    else:
         return
-    if found is None or type(found.origin) is not str:
-        return
-    if os.path.realpath(found.origin) == os.path.realpath(file):
-        return
-    for name in [name for name in sys.modules if name == top or name.startswith(f"{top}.")]:
+    names = [name for name in sys.modules if name == top or name.startswith(f"{top}.")]
+    for name in [*names, *_IMPORTED_FILES.get(target, ())]:
         sys.modules.pop(name, None)
     importlib.invalidate_caches()
+
+
+def _places(found: Any) -> list[str]:
+    """Where a module (or a spec the path finder found) is: its file, or a namespace
+    package's folders, absolute as imported (not resolved); [] for none."""
+    spec = isinstance(found, importlib.machinery.ModuleSpec)
+    try:
+        file = getattr(found, "origin" if spec else "__file__", None)
+        if type(file) is str:
+            return [os.path.abspath(file)]
+        folders = getattr(found, "submodule_search_locations" if spec else "__path__", None)
+        return [os.path.abspath(str(folder)) for folder in folders or ()]
+    except Exception:  # an object in sys.modules whose attributes fail: no module of the user's
+        return []
 
 
 def _forget_if_edited(target: str, spec: str) -> None:

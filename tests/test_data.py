@@ -760,6 +760,46 @@ def test_a_call_from_another_directory_imports_that_directorys_module(tmp_path, 
     monkeypatch.delitem(sys.modules, "rt72_mydata", raising=False)
 
 
+@pytest.mark.parametrize("form", ["linked", "namespace"])
+def test_a_call_from_another_directory_imports_its_module_linked_or_namespaced(
+    tmp_path, monkeypatch, form
+):
+    """Found by the seventy-third round, of the fix above: two projects whose `mydata.py`
+    links to one shared file, each with its own `helper.py`, kept the first project's
+    module and helper (the places were compared resolved); and a namespace package of the
+    same name in two projects (`nspkg/data.py`, no `__init__.py`) was never looked at (it has
+    no file). Each call reads its own directory's module and helper."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "rt73_link.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import TensorDataset\n"
+        "import rt73_helper\n"
+        "def load(seed=0):\n"
+        "    x = torch.zeros(rt73_helper.N, 1, 8, 8)\n"
+        "    pairs = TensorDataset(x, torch.zeros(rt73_helper.N, dtype=torch.long))\n"
+        "    return pairs, pairs\n"
+    )
+    spec = "rt73_link:load" if form == "linked" else "rt73_ns.data:load"
+    for project, n in (("a", 4), ("b", 6)):
+        folder = tmp_path / project
+        folder.mkdir()
+        (folder / "rt73_helper.py").write_text(f"N = {n}\n")
+        if form == "linked":
+            (folder / "rt73_link.py").symlink_to(shared / "rt73_link.py")
+        else:
+            (folder / "rt73_ns").mkdir()
+            (folder / "rt73_ns" / "data.py").write_text((shared / "rt73_link.py").read_text())
+    for name in ("rt73_link", "rt73_helper", "rt73_ns", "rt73_ns.data"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    for project, n in (("a", 4), ("b", 6), ("a", 4)):
+        monkeypatch.chdir(tmp_path / project)
+        assert len(D._load_user(spec, 0).train) == n, project
+        assert D.helper_files(spec) == [tmp_path / project / "rt73_helper.py"]
+    for name in ("rt73_link", "rt73_helper", "rt73_ns", "rt73_ns.data"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+
 def test_helpers_linked_into_the_datas_folder_are_recorded_by_their_place(tmp_path, monkeypatch):
     """Found by the sixty-eighth round: a helper module (or package) in the data's folder that
     is a link to files kept elsewhere was left out of data.json, so a resume after its edit
