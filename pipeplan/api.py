@@ -333,6 +333,8 @@ def _value(option: Option, value: Any) -> Any:
             'numbers in order as a list or tuple, or as text ("0,5,10")'
         )
     value = _plain_number(value, option.spelling)
+    if isinstance(value, str):  # a 0-d array of text, read out: checked as typed text is
+        value = _text(value, option.spelling, longest=None)
     if _is_boolean(value) and option.bare_type is not bool:
         # Python's True is the integer 1, which pydantic takes for a number: the forty-
         # sixth round's `devices_per_node=True, epochs=True` previewed 1 device, 1 epoch

@@ -166,6 +166,8 @@ class _RaisingInt(int):
         (pipeplan.preview, dict(alpha=np.array([0.5])), "--alpha: array([0.5]) is a sequence;"),
         (pipeplan.preview, dict(epochs=(5.0,)), "--epochs: (5.0,) is a sequence; the option"),
         (pipeplan.plan, dict(inter_bw=torch.tensor([2.5])), "--inter-bw: tensor([2.5000]) is"),
+        # The seventy-third round: a 0-d array of text skipped the checks typed text gets.
+        (pipeplan.preview, dict(freeze=np.array(" auto")), "--freeze: ' auto' has space around"),
         # And `out` beside a value of the wrong type: a TypeError from pathlib.
         (pipeplan.plan, dict(cluster=5, out="o.json"), "--cluster: Input should be a valid str"),
     ],
