@@ -1191,7 +1191,13 @@ def entry() -> None:
     _run_exit_callbacks(code)
     out.flush()
     err.flush()
-    os._exit(_output_status(code, out))
+    status = _output_status(code, out)
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        # Under a profiler or tracer (`python -m cProfile -o prof.out cli.py …`, `python -m
+        # trace`): the interpreter's exit, so that it writes its report after the command;
+        # os._exit skipped that (the seventy-third round: no report, exit 0).
+        sys.exit(status)
+    os._exit(status)
 
 
 def _said_or_unprepared(run_dir: Any, made: list[pathlib.Path]) -> None:
