@@ -281,6 +281,7 @@ from executor.task import (
     check_data,
     check_data_facts,
     check_data_kept,
+    check_helpers_kept,
     check_index_memory,
     data_facts,
     data_record,
@@ -573,6 +574,7 @@ def check_run(
     if resumed is not None:  # the data the run started with (its ranks hold theirs to it too)
         record = read_data_record(resumed[0])
         check_data_facts(record and record.facts, facts, cfg.data, "the resume", resumed[0])
+        check_helpers_kept(resumed[0], cfg)
     # Before the run folder is made, or a resume's rank starts: each rank's epoch order is
     # sized by the sets' len() alone. A local run's ranks share this host; torchrun's, the
     # nodes it started (`--prepare-only`: not known yet, so all of them, as a local run's).

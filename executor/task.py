@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -725,6 +726,40 @@ def _run_folder(spec: str, listed: list[str], extra: str) -> Path | None:
     then = module.parents[depth]
     moved = Path(os.path.realpath(then)) == root  # the same folder, through a link now
     return then if not moved and Path(extra).is_relative_to(then) else None
+
+
+def check_helpers_kept(run_dir: Path, cfg: RunConfig) -> None:
+    """A resume's, once its data is loaded: each helper data.json lists is, by its module's
+    name, the module imported here (by where it leads). Found by the seventy-third round: a
+    `path/to/mydata.py:load` run resumed from another directory imported that directory's
+    `helper.py` (the working directory is where `import helper` looks) in place of the
+    listed one, which was unchanged, so no check saw it, and trained on it, exit 0.
+    InputFileError naming data.json and both files:
+
+        check_helpers_kept(run_dir, cfg)   # after build_task, on --resume
+    """
+    record = read_data_record(run_dir)
+    target = cfg.data.rpartition(":")[0]
+    if record is None or text.is_text_spec(cfg.data) or not record.files or not target:
+        return
+    listed = [Path(file.path) for file in record.files]
+    depth = 0 if target.endswith(".py") or "/" in target else target.count(".")
+    if len(listed[0].parents) <= depth:
+        return
+    root = listed[0].parents[depth]  # the folder the run imported its data module from
+    for path in listed[1:]:
+        if path.suffix != ".py" or root not in path.parents:
+            continue
+        parts = path.relative_to(root).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        now = getattr(sys.modules.get(name), "__file__", None)
+        if type(now) is str and not _same_file(now, str(path)):
+            raise InputFileError(
+                f"{run_dir / DATA_RECORD}: the run's data module imported '{name}' from "
+                f"{path}, but here (in {Path.cwd()}) it imports {now}; run this command from "
+                "the directory the run was started from, with its PYTHONPATH, or start a new "
+                "run"
+            )
 
 
 def check_data_kept(run_dir: Path, manifest: CheckpointManifest, where: Path) -> None:

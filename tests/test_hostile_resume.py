@@ -4062,6 +4062,51 @@ def test_a_resume_whose_data_gives_another_length_is_refused(tmp_path, capsys, m
         sys.modules.pop(name, None)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_file_datas_resume_from_another_directory_refuses_its_helper_there(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the seventy-third round: a `path/to/mydata.py:load` run, its `import helper`
+    found through the working directory, resumed from another directory holding its own
+    `helper.py` (and a link to the run's mydata.py), imported that helper instead of the
+    listed one, which was unchanged, so no check saw it, and trained on other labels, exit 0.
+    The helper imported here is held to the one data.json lists, by its module's name."""
+    first, other = tmp_path / "p1", tmp_path / "p2"
+    for folder, shift in ((first, 0), (other, 1)):
+        folder.mkdir()
+        (folder / "rt73_helper.py").write_text(f"SHIFT = {shift}\n")
+    (first / "rt73_file.py").write_text(
+        "import torch, rt73_helper\n"
+        "from torch.utils.data import TensorDataset\n"
+        "def load(seed=0):\n"
+        "    x = torch.rand(64, 1, 8, 8, generator=torch.Generator().manual_seed(seed))\n"
+        "    y = (torch.arange(64) + rt73_helper.SHIFT) % 2\n"
+        "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+    )
+    (other / "rt73_file.py").symlink_to(first / "rt73_file.py")
+    monkeypatch.chdir(first)
+    argv = ["run", "--model", "vit-digits", "--data", "rt73_file.py:load", "--nproc", "1"]
+    argv += ["--epochs", "1", "--max-steps-per-epoch", "1", "--global-batch", "16"]
+    argv += ["--runs-dir", str(tmp_path / "runs"), "--name", "q"]
+    try:
+        assert cli.main(argv) == 0, capsys.readouterr().err[-3000:]
+        capsys.readouterr()
+        sys.modules.pop("rt73_helper", None)  # a new command's process, as a user's would be
+        monkeypatch.chdir(other)
+        run = tmp_path / "runs" / "q"
+        fragments = (
+            f"{run}/data.json: the run's data module imported 'rt73_helper' from "
+            f"{first}/rt73_helper.py, but here (in {other}) it imports {other}/rt73_helper.py"
+        )
+        for given in ([], ["--data", "rt73_file.py:load"]):
+            resume = ["run", "--resume", str(run), "--epochs", "2", *given]
+            refused(resume, tmp_path / "runs", capsys, fragments)
+            sys.modules.pop("rt73_helper", None)
+    finally:
+        sys.modules.pop("rt73_helper", None)
+
+
 # ----------------------------------------- thirty-sixth round: no usable checkpoint, and which
 
 # 1 rank, 2 epochs of 3 steps, a checkpoint every 2 steps: step-4 and the final step-6 kept.
