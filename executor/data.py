@@ -667,7 +667,7 @@ def _load_user(spec: str, seed: int) -> TaskData:
     target, _, func_name = spec.rpartition(":")
     if not target or not func_name.isidentifier():
         raise BadArgumentError(f"data {quoted(spec)}: expected module:function or file.py:function")
-    if _names_a_file(target):
+    if names_a_file(target):
         _refuse_a_file_as_folder(spec, target)
     try:
         return _load_user_data(spec, seed, target, func_name)
@@ -677,7 +677,7 @@ def _load_user(spec: str, seed: int) -> TaskData:
 
 def _load_user_data(spec: str, seed: int, target: str, func_name: str) -> TaskData:
     # pipeplan's own doing: before the import system is held
-    if not _names_a_file(target):
+    if not names_a_file(target):
         with _data_directory_on_path():
             _forget_if_elsewhere(target)
     _forget_if_edited(target, spec)
@@ -5242,7 +5242,7 @@ class UserBaseException(Exception):
     """
 
 
-def _names_a_file(target: str) -> bool:
+def names_a_file(target: str) -> bool:
     """Whether `target`, the part of `--data TARGET:function` before the colon, is a path
     (`path/to/file.py`) rather than a module name."""
     return target.endswith(".py") or "/" in target or "\\" in target
@@ -5294,7 +5294,7 @@ def module_place(spec: str) -> Path | None:
         module_place("mydata:load")   # Path("/home/me/mydata.py"), even a link to /ext/real.py
     """
     target = spec.rpartition(":")[0]
-    if not target or _names_a_file(target) or spec in BUILTINS:
+    if not target or names_a_file(target) or spec in BUILTINS:
         return None
     try:
         with _data_directory_on_path():
@@ -5318,7 +5318,8 @@ _IMPORTED_BY: dict[str, str | None] = {}
 # The data module whose code runs now (its import, its function, an item read: `hooks_kept`),
 # innermost last; None for data of no module.
 _DATA_RUNNING: list[tuple[str | None, frozenset[int | None]]] = []
-# The data modules loaded in this process, the last one last (`_load_user_data`).
+# The data module loaded last in this process (`_load_user_data`): a rank's one. A list of
+# one, changed in place, as the rank guard's RANK_STATE names it.
 _LOADED: list[str] = []
 
 
@@ -5402,7 +5403,7 @@ def _installed_prefixes() -> tuple[str, ...]:
 
 def _module_name(target: str) -> str:
     """The name in sys.modules of the data module `target` (`_import`'s)."""
-    return f"_pipeplan_data_{Path(target).stem}" if _names_a_file(target) else target
+    return f"_pipeplan_data_{Path(target).stem}" if names_a_file(target) else target
 
 
 # The installation's top-level packages (pyproject's), imported before the data's directory
@@ -5418,7 +5419,7 @@ def main_file(spec: str) -> Path | None:
         main_file("reviews:load")   # Path("/home/me/examples/reviews.py") in examples/
     """
     target = spec.rpartition(":")[0]
-    if target and _names_a_file(target) and spec not in BUILTINS:
+    if target and names_a_file(target) and spec not in BUILTINS:
         return Path(target).resolve()
     return module_file(spec)
 
@@ -5438,7 +5439,7 @@ def module_root(spec: str) -> Path | None:
     if main_file(spec) is None:
         return None
     target = spec.rpartition(":")[0]
-    if _names_a_file(target):
+    if names_a_file(target):
         return Path(target).parent.resolve()
     place = module_place(spec)
     if place is None:
@@ -5609,7 +5610,7 @@ def _users_code(name: str, installed: list[Path]) -> bool:
 
 def _import(target: str, spec: str) -> Any:
     try:
-        if _names_a_file(target):
+        if names_a_file(target):
             path = Path(target)
             if not path.is_file():
                 raise BadArgumentError(f"data {quoted(spec)}: no such file {target}")
@@ -6138,7 +6139,7 @@ def keep_data_directory_on_path(spec: str) -> None:
 
         keep_data_directory_on_path(cfg.data)   # Trainer, once its data is built
     """
-    if ":" not in spec or spec in BUILTINS or _names_a_file(spec.rpartition(":")[0]):
+    if ":" not in spec or spec in BUILTINS or names_a_file(spec.rpartition(":")[0]):
         return
     _append_data_directory()
 
@@ -6151,7 +6152,7 @@ def _not_the_file_here(target: str, module: Any) -> str:
         _not_the_file_here("queue", queue)
         # "; 'queue' is the standard library's /usr/lib/python3.11/queue.py, not ./queue.py …"
     """
-    if _names_a_file(target):
+    if names_a_file(target):
         return ""
     top = target.partition(".")[0]
     here = next((p for p in (Path(f"{top}.py"), Path(top, "__init__.py")) if p.is_file()), None)

@@ -44,6 +44,7 @@ from executor.data import (
     module_file,
     module_place,
     module_root,
+    names_a_file,
 )
 from pipeplan import models
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError, PipeplanError, quoted
@@ -743,7 +744,7 @@ def check_helpers_kept(run_dir: Path, cfg: RunConfig) -> None:
     if record is None or text.is_text_spec(cfg.data) or not record.files or not target:
         return
     listed = [Path(file.path) for file in record.files]
-    depth = 0 if target.endswith(".py") or "/" in target else target.count(".")
+    depth = 0 if names_a_file(target) else target.count(".")
     if len(listed[0].parents) <= depth:
         return
     root = listed[0].parents[depth]  # the folder the run imported its data module from
