@@ -61,6 +61,7 @@ from torch.utils._device import DeviceContext as _DeviceContext
 from torch.utils.data import Dataset
 from torch.utils.serialization import config as _SERIALIZATION
 
+from executor import childimports
 from executor.faults import SignalInterrupt, classify
 from pipeplan import log as pipeplan_log
 from pipeplan.cluster import format_bytes
@@ -682,6 +683,7 @@ def _load_user_data(spec: str, seed: int, target: str, func_name: str) -> TaskDa
             _forget_if_elsewhere(target)
     _forget_if_edited(target, spec)
     _witness_imports()
+    childimports.forget()  # what the children of an earlier loading imported
     _LOADED[:] = [_module_name(target)]
     before = set(sys.modules)
     _PASSED_ON.clear()  # a new loading of the data: its warnings are said again
@@ -2876,6 +2878,9 @@ RANK_STATE = frozenset(
         "cli._pending",
         "cli._said",
         "executor.cache._MADE",
+        "executor.childimports._FORKING_TO",
+        "executor.childimports._FOUND",
+        "executor.childimports._REPORT_TO",
         "executor.cache._OPENED",
         "executor.checkpoint._READ_FROM",
         "executor.data._ACTIVE",
@@ -5318,6 +5323,9 @@ _IMPORTED_BY: dict[str, str | None] = {}
 # The data module whose code runs now (its import, its function, an item read: `hooks_kept`),
 # innermost last; None for data of no module.
 _DATA_RUNNING: list[tuple[str | None, frozenset[int | None]]] = []
+# A process the data's code forks (a fork pool's worker) tells this one what it imports.
+childimports.watch(_DATA_RUNNING)
+atexit.register(childimports.forget)  # its reports, where this process collected none
 # The data module loaded last in this process (`_load_user_data`): a rank's one. A list of
 # one, changed in place, as the rank guard's RANK_STATE names it.
 _LOADED: list[str] = []
@@ -5346,6 +5354,8 @@ class _ImportWitness:
             # not the data's.
             importer = running[0]
         _IMPORTED_BY[name] = importer
+        if childimports.reporting():  # a child the data's code forked: its forker must know
+            childimports.report(name, path, target, importer, _ImportWitness, _installed_prefixes())
 
 
 def _witness_imports() -> None:
@@ -5512,6 +5522,8 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
     seen = set() if seen is None else seen
     root, installed, folders = module_root(spec), _installed_folders(), {}
     new = [name for name in list(sys.modules) if name not in before]
+    # and what the processes the data's code forked imported (seventy-third round)
+    new += [n for n in childimports.found() if n not in sys.modules and n not in before]
     for name in _imported_by_the_data(new, data_module, installed):
         if name in seen:
             continue
@@ -5529,11 +5541,26 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
     return sorted(files)
 
 
+def imported_file(name: str) -> str | None:
+    """The .py file of the module `name` as this process imported it, or else as a process
+    the data's code forked did (`childimports`); None where neither did, or it has none, or
+    it is pipeplan's own.
+
+        imported_file("helper")   # "/home/me/helper.py", imported by mydata or its pool
+    """
+    childimports.found()
+    return _imported_file(name)
+
+
 def _imported_file(name: str) -> str | None:
-    """The .py file of the imported module `name`, None where it has none or is pipeplan's
-    own (never the user's: `_append_data_directory`)."""
+    """The .py file of the imported module `name` (here, or in a forked child of the data's:
+    `childimports.found` as last read), None where it has none or is pipeplan's own (never
+    the user's: `_append_data_directory`)."""
     if name.partition(".")[0] in OWN_PACKAGES:
         return None
+    if name not in sys.modules:
+        reported = childimports.known(name)
+        return None if reported is None else reported[1]
     file = getattr(sys.modules.get(name), "__file__", None)
     # Only a plain str is a file name: a str subclass's own methods may raise (the sixty-ninth
     # round: a traceback of the scan); it is no file of the user's.
@@ -5555,9 +5582,10 @@ def _imported_by_the_data(names: list[str], data_module: str, installed: list[Pa
     parts = data_module.split(".")
     roots = {".".join(parts[: i + 1]) for i in range(len(parts))}
     asked: dict[str | None, list[str]] = {}
-    kept = [name for name in names if name in roots or name not in _IMPORTED_BY]
+    importers = {name: _importer_of(name) for name in names}
+    kept = [name for name in names if name in roots or importers[name] is _UNKNOWN]
     for name in names:
-        asked.setdefault(_IMPORTED_BY.get(name), []).append(name)
+        asked.setdefault(importers[name], []).append(name)  # type: ignore[arg-type]
     new = set(names)
     found, waiting = set(kept), list(roots | set(kept))
     while waiting:
@@ -5571,6 +5599,16 @@ def _imported_by_the_data(names: list[str], data_module: str, installed: list[Pa
                 kept.append(name)
                 waiting.append(name)
     return kept
+
+
+_UNKNOWN = object()  # `_importer_of` a module no witness saw imported
+
+
+def _importer_of(name: str) -> Any:
+    """Who imported the module `name`: `_IMPORTED_BY`'s record here, or for a module only a
+    child the data forked imported, the child's (`childimports`); else `_UNKNOWN`."""
+    reported = None if name in sys.modules else childimports.known(name)
+    return _IMPORTED_BY.get(name, _UNKNOWN) if reported is None else reported[0]
 
 
 def _held_modules(name: str) -> set[str]:

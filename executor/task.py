@@ -25,7 +25,6 @@ import contextlib
 import logging
 import os
 import re
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,7 @@ from executor.data import (
     check_compatible,
     data_task,
     helper_files,
+    imported_file,
     is_helper_file,
     is_user_code,
     label_count,
@@ -753,7 +753,7 @@ def check_helpers_kept(run_dir: Path, cfg: RunConfig) -> None:
             continue
         parts = path.relative_to(root).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        now = getattr(sys.modules.get(name), "__file__", None)
+        now = imported_file(name)  # here, or by a child the data's code forked
         if type(now) is str and not _same_file(now, str(path)):
             raise InputFileError(
                 f"{run_dir / DATA_RECORD}: the run's data module imported '{name}' from "

@@ -732,6 +732,56 @@ def test_a_thread_that_was_there_before_the_data_ran_imports_for_its_own_code(
     assert D.helper_files("rt73_data:load") == [data / "rt73_read.py"]
 
 
+def test_a_helper_imported_only_in_a_forked_child_is_the_datas(tmp_path, monkeypatch):
+    """Found by the seventy-third round: a helper imported only inside a `multiprocessing`
+    pool's worker (the fork start method) was in no sys.modules the launcher or a rank
+    reads, so data.json lacked it, and a resume after it was edited trained on other data,
+    exit 0. A child forked while the data's code runs reports each module of the user's it
+    imports (and whom for) to its forker; a module its other code imports (here the pool's
+    own) is not the data's, and the reports are removed once forgotten."""
+    from executor import childimports
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "rt74_pooled.py").write_text("import rt74_pooled2\nK = 1\n")
+    (data / "rt74_pooled2.py").write_text("K = 2\n")
+    (data / "rt74_forked.py").write_text("K = 3\n")
+    (data / "rt74_unused.py").write_text("K = 4\n")
+    (data / "rt74_data.py").write_text(
+        "import multiprocessing, os\n"
+        "import torch\n"
+        "from torch.utils.data import TensorDataset\n"
+        "def make(i):\n"
+        "    import rt74_pooled\n"  # only in the pool's worker
+        "    return i + rt74_pooled.K\n"
+        "def load(seed=0):\n"
+        "    with multiprocessing.get_context('fork').Pool(1) as pool:\n"
+        "        assert pool.map(make, range(3)) == [1, 2, 3]\n"
+        "    child = os.fork()\n"
+        "    if child == 0:\n"
+        "        import rt74_forked\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(child, 0)\n"
+        "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
+        "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+    )
+    monkeypatch.syspath_prepend(str(data))
+    for name in ("rt74_data", "rt74_pooled", "rt74_pooled2", "rt74_forked", "rt74_unused"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    D._load_user("rt74_data:load", 0)
+    assert "rt74_pooled" not in sys.modules  # imported by the children alone
+    assert D.helper_files("rt74_data:load") == [
+        data / "rt74_forked.py",
+        data / "rt74_pooled.py",
+        data / "rt74_pooled2.py",
+    ]
+    assert D.imported_file("rt74_pooled2") == str(data / "rt74_pooled2.py")
+    folder = Path(childimports._folder())
+    assert folder.is_dir()
+    childimports.forget()
+    assert not folder.exists() and D.imported_file("rt74_pooled") is None
+
+
 def test_a_call_from_another_directory_imports_that_directorys_module(tmp_path, monkeypatch):
     """Found by the seventy-second round: a Python API caller that ran a call in project x,
     then `os.chdir` to project y (each with its own `mydata.py`) and called again, kept x's
