@@ -50,7 +50,7 @@ from pipeplan.errors import (
     quoted,
     tempdir_failure,
 )
-from pipeplan.exits import command_process, ignored_line, run_exit_callbacks
+from pipeplan.exits import command_process, exit_done, ignored_line, run_exit_callbacks
 from pipeplan.fileio import OUTPUT_WRITTEN
 from pipeplan.formats import RunConfig
 from pipeplan.formats.base import MAX_EPOCHS, Needs, printable, spaced
@@ -1191,13 +1191,7 @@ def entry() -> None:
     _run_exit_callbacks(code)
     out.flush()
     err.flush()
-    status = _output_status(code, out)
-    if sys.getprofile() is not None or sys.gettrace() is not None:
-        # Under a profiler or tracer (`python -m cProfile -o prof.out cli.py …`, `python -m
-        # trace`): the interpreter's exit, so that it writes its report after the command;
-        # os._exit skipped that (the seventy-third round: no report, exit 0).
-        sys.exit(status)
-    os._exit(status)
+    exit_done(_output_status(code, out))
 
 
 def _said_or_unprepared(run_dir: Any, made: list[pathlib.Path]) -> None:

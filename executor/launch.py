@@ -306,7 +306,7 @@ from pipeplan.errors import (
     Stopped,
     quoted,
 )
-from pipeplan.exits import exits_raised, run_exit_callbacks
+from pipeplan.exits import exit_done, exits_raised, run_exit_callbacks
 from pipeplan.fileio import (
     RUN_MARKS,
     DirectoryTaken,
@@ -1248,7 +1248,7 @@ def exit_without_teardown(code: int, console: TextIO, rank: int, debug: bool = F
     run_exit_callbacks(say, traced=debug, status=code)
     for stream in (sys.stdout, sys.stderr, console):
         stream.flush()
-    os._exit(code)
+    exit_done(code)  # a profiled rank's report written too
 
 
 def end_stopped(exc: BaseException, rank: int, console: TextIO | int) -> NoReturn:

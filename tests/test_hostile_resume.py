@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pstats
 import re
 import shlex
 import shutil
@@ -2390,11 +2391,15 @@ RANK_ENV = {
 }
 
 
-def _entry(run: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    """The entry on `run`, started as torchrun starts it (no `pipeplan run` above it)."""
+def _entry(
+    run: Path, *args: str, timeout: float = 90, profile: Path | None = None
+) -> subprocess.CompletedProcess:
+    """The entry on `run`, started as torchrun starts it (no `pipeplan run` above it), under
+    `python -m cProfile -o profile` where one is given."""
     env = {k: v for k, v in os.environ.items() if k != "PIPEPLAN_LAUNCHER_PID"}
     env = {**env, **RANK_ENV, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "executor.launch", str(run), *args]
+    profiled = ["-m", "cProfile", "-o", str(profile)] if profile else []
+    command = [sys.executable, *profiled, "-m", "executor.launch", str(run), *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -2534,14 +2539,17 @@ def test_the_entry_starts_again_a_run_that_trained_nothing(finished_run, tmp_pat
     had opened run.jsonl and written its first phase) was refused by the same command, "has
     started already (it holds run.jsonl); continue it with --resume", and that resume by "no
     checkpoint to resume from". A run that recorded no step starts again as prepared: rank 0
-    replaces the records it left, and the run is the uninterrupted one's."""
+    replaces the records it left, and the run is the uninterrupted one's. The rank runs under
+    `python -m cProfile -o FILE`, which wrote no report (found as this project's ranks were
+    profiled, 2026-12-06): a trained rank ended in `os._exit`, past the code that writes it."""
     run = _prepared_for_torchrun(tmp_path, capsys)
     first = (finished_run / "run.jsonl").read_text().splitlines(keepends=True)[0]
     assert json.loads(first)["kind"] == "phase"
     (run / "run.jsonl").write_text(first)
-    done = _entry(run, timeout=150)
+    done = _entry(run, timeout=150, profile=tmp_path / "rank.prof")
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r["kind"] for r in _lines(run)] == [r["kind"] for r in _lines(finished_run)]
+    assert "train_rank" in str(pstats.Stats(str(tmp_path / "rank.prof")).stats)
 
 
 @pytest.mark.multiprocess
