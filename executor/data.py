@@ -684,6 +684,7 @@ def _load_user_data(spec: str, seed: int, target: str, func_name: str) -> TaskDa
     _forget_if_edited(target, spec)
     _witness_imports()
     childimports.forget()  # what the children of an earlier loading imported
+    _RAN.clear()
     _LOADED[:] = [_module_name(target)]
     before = set(sys.modules)
     _PASSED_ON.clear()  # a new loading of the data: its warnings are said again
@@ -2895,6 +2896,7 @@ RANK_STATE = frozenset(
         "executor.data._LOOKED",
         "executor.data._PASSED_ON",
         "executor.data._READING",
+        "executor.data._RAN",
         "executor.data._RECORDED_AT",
         "executor.data._USERS",
         "executor.data._WATCHERS",
@@ -4094,6 +4096,10 @@ def _audit(event: str, args: tuple) -> None:
     exception derived from RuntimeError here keeps it out; `sys.addaudithook` then returns
     as if it were), and noted for `_audit_hooks_refused`. Every audited event calls it: the
     comparison first."""
+    if event == "exec":
+        if _DATA_RUNNING:
+            _note_ran(args[0], sys._getframe(1))
+        return
     if event != "sys.addaudithook" and event != "os.exec":
         return
     watched = _watched_now()
@@ -5342,20 +5348,27 @@ class _ImportWitness:
 
     @staticmethod
     def find_spec(name: str, path: Any = None, target: Any = None) -> None:
-        importer = _importer()
-        running = _DATA_RUNNING[-1] if _DATA_RUNNING else (None, frozenset())
-        thread = threading.get_ident()
-        # (a thread the data's code left running earlier, a pool it keeps, is its own)
-        if importer is None and (thread not in running[1] or thread in pipeplan_log.DATA_THREADS):
-            # Only installed code asked, while the data's code ran: a thread it started (a
-            # pool's worker unpickling a helper's object), on its behalf (the seventy-
-            # second round: left out of data.json, the helper edited, a resume trained on).
-            # A thread that was there before (the caller's own: the seventy-third round) is
-            # not the data's.
-            importer = running[0]
+        importer = _asked_by(sys._getframe(1))
         _IMPORTED_BY[name] = importer
         if childimports.reporting():  # a child the data's code forked: its forker must know
             childimports.report(name, path, target, importer, _ImportWitness, _installed_prefixes())
+
+
+# The files of code run while the data's code ran (`exec` of a code object: a module's
+# import, a file run by path), each with who ran it (`_asked_by`): a file the data runs by
+# path is the data's (`helper_files`).
+_RAN: dict[str, str | None] = {}
+
+
+def _note_ran(code: Any, frame: Any) -> None:
+    """`_audit`'s, for the `exec` of `code` at `frame` while the data's code runs: its file
+    noted in `_RAN` where it is a .py file outside installed code. Found by the seventy-
+    second round: a `config.py` the data runs by path (`runpy.run_path`, a module made with
+    `spec_from_file_location` and not put in sys.modules, `exec(compile(...))`) was no
+    module of sys.modules, so data.json lacked it; edited, a resume trained on it."""
+    file = getattr(code, "co_filename", None)
+    if type(file) is str and file.endswith(".py") and not file.startswith(_installed_prefixes()):
+        _RAN.setdefault(os.path.abspath(file), _asked_by(frame))
 
 
 def _witness_imports() -> None:
@@ -5365,14 +5378,29 @@ def _witness_imports() -> None:
         sys.meta_path.insert(0, _ImportWitness)
 
 
-def _importer() -> str | None:
-    """The name of the module whose code runs the import under way: the first frame out from
-    `_ImportWitness.find_spec` that is not installed code (the standard library's, with
-    importlib's machinery, or site-packages'). A library the data calls is passed through:
-    the data's `load` doing `torch.load` of an object of a helper's class imports the helper
-    (the seventy-first round: left out of data.json, the helper edited, a resume trained on
-    other data). So is a library pipeplan's own code imports: pipeplan's is the importer."""
-    frame = sys._getframe(2)
+def _asked_by(frame: Any) -> str | None:
+    """Who asked for what runs at `frame` (an import, code run by path): `_importer`'s module,
+    or, where only installed code asked while the data's code ran, on a thread it started (a
+    pool's worker unpickling a helper's object), the data module (the seventy-second round:
+    left out of data.json, the helper edited, a resume trained on). A thread that was there
+    before (the caller's own: the seventy-third round) is not the data's; one the data's code
+    left running earlier, a pool it keeps, is."""
+    importer = _importer(frame)
+    running = _DATA_RUNNING[-1] if _DATA_RUNNING else (None, frozenset())
+    thread = threading.get_ident()
+    if importer is None and (thread not in running[1] or thread in pipeplan_log.DATA_THREADS):
+        importer = running[0]
+    return importer
+
+
+def _importer(frame: Any) -> str | None:
+    """The name of the module whose code runs the import under way at `frame` (the frame
+    that called `_ImportWitness.find_spec`): the first frame out from it that is not
+    installed code (the standard library's, with importlib's machinery, or site-packages').
+    A library the data calls is passed through: the data's `load` doing `torch.load` of an
+    object of a helper's class imports the helper (the seventy-first round: left out of
+    data.json, the helper edited, a resume trained on other data). So is a library
+    pipeplan's own code imports: pipeplan's is the importer."""
     installed = _installed_prefixes()
     while frame is not None:
         file = frame.f_code.co_filename
@@ -5524,11 +5552,13 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
     new = [name for name in list(sys.modules) if name not in before]
     # and what the processes the data's code forked imported (seventy-third round)
     new += [n for n in childimports.found() if n not in sys.modules and n not in before]
-    for name in _imported_by_the_data(new, data_module, installed):
+    datas = _imported_by_the_data(new, data_module, installed)
+    ran = set(datas) | _packages_of(data_module)
+    for name in [*datas, *[f"file:{f}" for f, by in list(_RAN.items()) if by in ran]]:
         if name in seen:
             continue
         seen.add(name)
-        file = _imported_file(name)
+        file = name[5:] if name.startswith("file:") else _imported_file(name)
         if file is None:
             continue
         where = located(file, folders)
@@ -5544,12 +5574,14 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
 def imported_file(name: str) -> str | None:
     """The .py file of the module `name` as this process imported it, or else as a process
     the data's code forked did (`childimports`); None where neither did, or it has none, or
-    it is pipeplan's own.
+    it is pipeplan's own or installed code (no helper of the user's: a `config.py` the data
+    runs by path is no module, and an installed module `config` is not it).
 
         imported_file("helper")   # "/home/me/helper.py", imported by mydata or its pool
     """
     childimports.found()
-    return _imported_file(name)
+    file = _imported_file(name)
+    return None if file is None or file.startswith(_installed_prefixes()) else file
 
 
 def _imported_file(name: str) -> str | None:
@@ -5579,8 +5611,7 @@ def _imported_by_the_data(names: list[str], data_module: str, installed: list[Pa
 
         _imported_by_the_data(["helper", "h2", "httpcore2"], "mydata", [])   # ["helper"]
     """
-    parts = data_module.split(".")
-    roots = {".".join(parts[: i + 1]) for i in range(len(parts))}
+    roots = _packages_of(data_module)
     asked: dict[str | None, list[str]] = {}
     importers = {name: _importer_of(name) for name in names}
     kept = [name for name in names if name in roots or importers[name] is _UNKNOWN]
@@ -5599,6 +5630,12 @@ def _imported_by_the_data(names: list[str], data_module: str, installed: list[Pa
                 kept.append(name)
                 waiting.append(name)
     return kept
+
+
+def _packages_of(module: str) -> set[str]:
+    """The module's name and those of the packages it is in."""
+    parts = module.split(".")
+    return {".".join(parts[: i + 1]) for i in range(len(parts))}
 
 
 _UNKNOWN = object()  # `_importer_of` a module no witness saw imported

@@ -648,13 +648,17 @@ def test_a_helper_imported_from_a_thread_or_from_code_of_no_module_is_the_datas(
     `spec_from_file_location`, or `runpy.run_path`: code of no imported module) was counted
     for no one and left out of data.json; edited, a resume trained on it, exit 0. Such code
     is passed through to the code that ran it, and an import only installed code asked for
-    while the data's code runs is the data's."""
+    while the data's code runs is the data's. The files run by path are the data's too
+    (the same round, left then: `rt72_config.py`, `rt72_ran.py`, `rt72_compiled.py`), not one
+    a thread that was there before runs meanwhile (`rt72_callers.py`)."""
     data = tmp_path / "data"
     data.mkdir()
     for name in ("rt72_pooled", "rt72_execd", "rt72_bypath", "rt72_runpy"):
         (data / f"{name}.py").write_text("K = 1\n")
     (data / "rt72_config.py").write_text("import rt72_bypath\n")
     (data / "rt72_ran.py").write_text("import rt72_runpy\n")
+    (data / "rt72_compiled.py").write_text("K = 3\n")
+    (data / "rt72_callers.py").write_text("K = 4\n")
     (data / "rt72_unused.py").write_text("K = 2\n")
     (data / "rt72_data.py").write_text(
         "import importlib.util, pickle, runpy\n"
@@ -670,17 +674,39 @@ def test_a_helper_imported_from_a_thread_or_from_code_of_no_module_is_the_datas(
         "    spec = importlib.util.spec_from_file_location('experiment', HERE / 'rt72_config.py')\n"
         "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
         "    runpy.run_path(str(HERE / 'rt72_ran.py'))\n"
+        "    path = str(HERE / 'rt72_compiled.py')\n"
+        "    exec(compile(open(path).read(), path, 'exec'), {})\n"
+        "    rt72_meanwhile()\n"
         "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
         "    return TensorDataset(x, y), TensorDataset(x, y)\n"
     )
     monkeypatch.syspath_prepend(str(data))
     for name in ("rt72_data", "rt72_pooled", "rt72_execd", "rt72_bypath", "rt72_runpy"):
         monkeypatch.delitem(sys.modules, name, raising=False)
+    import builtins
+    import runpy
+    import threading
+
+    asked, done = threading.Event(), threading.Event()
+
+    def callers() -> None:  # a thread of the caller's, there before the data's code ran
+        asked.wait(30)
+        runpy.run_path(str(data / "rt72_callers.py"))
+        done.set()
+
+    threading.Thread(target=callers, daemon=True).start()
+    monkeypatch.setattr(
+        builtins, "rt72_meanwhile", lambda: asked.set() or done.wait(30), raising=False
+    )
     D._load_user("rt72_data:load", 0)
+    assert done.is_set()
     assert D.helper_files("rt72_data:load") == [
         data / "rt72_bypath.py",
+        data / "rt72_compiled.py",
+        data / "rt72_config.py",
         data / "rt72_execd.py",
         data / "rt72_pooled.py",
+        data / "rt72_ran.py",
         data / "rt72_runpy.py",
     ]
 
