@@ -5554,7 +5554,11 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
     new += [n for n in childimports.found() if n not in sys.modules and n not in before]
     datas = _imported_by_the_data(new, data_module, installed)
     ran = set(datas) | _packages_of(data_module)
-    for name in [*datas, *[f"file:{f}" for f, by in list(_RAN.items()) if by in ran]]:
+    ran_files = [f"file:{f}" for f, by in list(_RAN.items()) if by in ran]
+    if ran_files:  # a module's own file is its module's to count (pipeplan's never)
+        modules = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
+        ran_files = [f for f in ran_files if f[5:] not in modules]
+    for name in [*datas, *ran_files]:
         if name in seen:
             continue
         seen.add(name)
