@@ -6,8 +6,10 @@ can read: data.json lacked it, and a resume after it was edited trained on other
 seventy-third round). A child forked while the data's code runs writes each module it
 imports from a file outside the installed folders (its name, the module that imported it,
 its file) as one line to a file of its own, in a folder named after the process that
-collects them: its forker, or that one's forker where a child forks in turn. A child started
-afresh (the spawn and forkserver start methods) holds none of this: it is a new interpreter.
+collects them: its forker, or that one's forker where a child forks in turn. The forker
+reads and removes them as the data's code returns and whenever it asks (`found`), so a
+process that ends without its exit callbacks leaves none behind. A child started afresh (the
+spawn and forkserver start methods) holds none of this: it is a new interpreter.
 
     watch(running)                 # once: a fork while `running` is not empty reports
     report(name, path, target, importer, witness, installed)   # the witness's, in such a child
@@ -18,6 +20,7 @@ afresh (the spawn and forkserver start methods) holds none of this: it is a new 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -33,6 +36,7 @@ MAX_REPORT_BYTES = 1 << 20
 _TOKEN = secrets.token_hex(8)  # a folder no other user's process can name before ours does
 _REPORT_TO: list[str] = []  # in a child forked while the data's code ran: the folder
 _FORKING_TO: list[str] = []  # set as a fork begins: the folder its child reports to
+_FORKED: list[bool] = []  # not empty once the data's code has forked: reports may come
 _FOUND: dict[str, tuple[str | None, str]] = {}  # collected: name → (importer, file)
 
 
@@ -47,9 +51,12 @@ def watch(running: Sequence[Any]) -> None:
 
     def before() -> None:
         _FORKING_TO[:] = [_REPORT_TO[0] if _REPORT_TO else _folder()] if running else []
+        if running and not _FORKED:
+            _FORKED.append(True)
 
     def child() -> None:
         _REPORT_TO[:] = _FORKING_TO
+        _FORKED.clear()
         _FOUND.clear()  # the forker's to collect, not this copy's
 
     os.register_at_fork(before=before, after_in_child=child)
@@ -85,45 +92,76 @@ def report(
         if type(origin) is not str or not origin.endswith(".py"):
             return
         origin = os.path.abspath(origin)  # the child may have changed its directory
-        if origin.startswith(installed):
-            return
-        folder = _REPORT_TO[0]
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        line = json.dumps([name, importer, origin]) + "\n"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        fd = os.open(os.path.join(folder, f"{os.getpid()}.jsonl"), flags, 0o600)
-        try:
-            os.write(fd, line.encode())  # one write: whole lines, however many children write
-        finally:
-            os.close(fd)
+        if not origin.startswith(installed):
+            _write(_REPORT_TO[0], (json.dumps([name, importer, origin]) + "\n").encode())
     except Exception:
         pass
 
 
+def _write(folder: str, line: bytes) -> None:
+    """`line` appended to this child's file in `folder`, under the file's lock, to the file
+    that is there then: the forker reads one under its lock and removes it before letting go
+    (`_take`), and a child that was waiting writes to a new one."""
+    path = os.path.join(folder, f"{os.getpid()}.jsonl")
+    for _ in range(8):  # (the forker removed the file, or the folder, between two steps)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                there = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                there = False
+            if there:
+                os.write(fd, line)
+                return
+        finally:
+            os.close(fd)
+
+
 def found() -> dict[str, tuple[str | None, str]]:
     """The modules this process's forked children reported importing since `forget`, by
-    name: the module that imported each (None: installed code alone) and its file."""
+    name: the module that imported each (None: installed code alone) and its file. The
+    reports read are removed (their folder too, once empty)."""
+    if not _FORKED:
+        return _FOUND
     folder = _folder()
     try:
         entries = os.listdir(folder)
     except OSError:
         return _FOUND
     for entry in entries:
-        try:
-            with open(os.path.join(folder, entry), "rb") as file:
-                text = file.read(MAX_REPORT_BYTES)
-        except OSError:
-            continue
-        for line in text.splitlines(keepends=True):
-            if not line.endswith(b"\n"):
-                break  # a line its child is writing now: read at the next look
+        for line in _take(os.path.join(folder, entry)).splitlines():
             try:
                 name, importer, origin = json.loads(line)
             except ValueError:
                 continue
             if type(name) is str and type(origin) is str and type(importer) in (str, type(None)):
                 _FOUND.setdefault(name, (importer, origin))
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)
     return _FOUND
+
+
+def _take(path: str) -> bytes:
+    """A child's report read (at most MAX_REPORT_BYTES) and removed, under its lock: a line
+    its child writes meanwhile waits, and then goes to a new file."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return b""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return os.read(fd, MAX_REPORT_BYTES)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def known(name: str) -> tuple[str | None, str] | None:
@@ -135,14 +173,5 @@ def known(name: str) -> tuple[str | None, str] | None:
 def forget() -> None:
     """The reports so far removed, and what was collected of them forgotten: a new loading
     of the data (an API call's), or the process's end."""
-    folder = _folder()
+    found()
     _FOUND.clear()
-    try:
-        entries = os.listdir(folder)
-    except OSError:
-        return
-    for entry in entries:
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(folder, entry))
-    with contextlib.suppress(OSError):
-        os.rmdir(folder)

@@ -779,6 +779,8 @@ def hooks_kept(spec: str, doing: str) -> Iterator[None]:
         yield
     finally:
         _DATA_RUNNING.pop()
+        if not _DATA_RUNNING:  # its forked children's reports read, and removed from disk
+            childimports.found()
         try:
             left = _hooks_put_back(hooks)
         except Exception as exc:  # a tracer that raised here (Python has taken it off)
@@ -2879,6 +2881,7 @@ RANK_STATE = frozenset(
         "cli._pending",
         "cli._said",
         "executor.cache._MADE",
+        "executor.childimports._FORKED",
         "executor.childimports._FORKING_TO",
         "executor.childimports._FOUND",
         "executor.childimports._REPORT_TO",

@@ -802,10 +802,46 @@ def test_a_helper_imported_only_in_a_forked_child_is_the_datas(tmp_path, monkeyp
         data / "rt74_pooled2.py",
     ]
     assert D.imported_file("rt74_pooled2") == str(data / "rt74_pooled2.py")
-    folder = Path(childimports._folder())
-    assert folder.is_dir()
+    # Read as the data's code returned, and removed: nothing is left for an exit to remove.
+    assert not Path(childimports._folder()).exists()
     childimports.forget()
-    assert not folder.exists() and D.imported_file("rt74_pooled") is None
+    assert D.imported_file("rt74_pooled") is None
+
+
+def test_a_childs_reports_are_all_read_while_it_writes_and_the_forker_reads(monkeypatch):
+    """The reports of `childimports`: children appending while their forker reads and removes
+    their files lose no line (each write is made under the file's lock, to the file there
+    then), and nothing is left on disk."""
+    import time
+
+    from executor import childimports
+
+    monkeypatch.setattr(childimports, "_FORKED", [True])
+    folder = childimports._folder()
+    children = []
+    for child in range(3):
+        pid = os.fork()
+        if pid == 0:  # a reporting child: 200 lines, each written a little after its checks
+            try:
+                write = os.write
+                os.write = lambda fd, data: time.sleep(0.002) or write(fd, data)
+                for i in range(200):
+                    line = f'["m{child}_{i}", null, "/x/m{child}_{i}.py"]\n'.encode()
+                    childimports._write(folder, line)
+            finally:
+                os._exit(0)
+        children.append(pid)
+    deadline = time.monotonic() + 60
+    while children:
+        childimports.found()  # reading and removing meanwhile
+        children = [pid for pid in children if os.waitpid(pid, os.WNOHANG) == (0, 0)]
+        assert time.monotonic() < deadline
+    found = childimports.found()
+    try:
+        assert len(found) == 600 and found["m2_199"] == (None, "/x/m2_199.py")
+        assert not os.path.exists(folder)
+    finally:
+        childimports.forget()
 
 
 def test_a_call_from_another_directory_imports_that_directorys_module(tmp_path, monkeypatch):
