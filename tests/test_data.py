@@ -824,7 +824,7 @@ def test_a_childs_reports_are_all_read_while_it_writes_and_the_forker_reads(monk
         if pid == 0:  # a reporting child: 200 lines, each written a little after its checks
             try:
                 write = os.write
-                os.write = lambda fd, data: time.sleep(0.002) or write(fd, data)
+                os.write = lambda fd, data, write=write: time.sleep(0.002) or write(fd, data)
                 for i in range(200):
                     line = f'["m{child}_{i}", null, "/x/m{child}_{i}.py"]\n'.encode()
                     childimports._write(folder, line)
