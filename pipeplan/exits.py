@@ -105,6 +105,10 @@ def exit_done(status: int) -> NoReturn:
         exit_done(0)   # the command's or a trained rank's last call
     """
     if sys.getprofile() is not None or sys.gettrace() is not None:
+        # cProfile's and trace's runners take the SystemExit as the program's end and exit
+        # 0 once their report is written (the seventy-fourth round: a refused command under
+        # them exited 0): the status is given at the interpreter's exit, after the report.
+        atexit.register(EXIT, status)
         sys.exit(status)
     EXIT(status)
 
@@ -156,6 +160,10 @@ def run_exit_callbacks(
     finally:
         done.set()
         sys.unraisablehook = before
+    # Ended before the process goes on: a tracer counting its results at the interpreter's
+    # exit (`python -m trace --count`) failed on a thread still running ("dictionary changed
+    # size during iteration", no report: the seventy-fourth round).
+    watch.join(1.0)
 
 
 def _late(

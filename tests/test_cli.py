@@ -61,6 +61,18 @@ def test_a_command_run_under_a_profiler_lets_it_write_its_report(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "vit-digits" in done.stdout  # the command ran
     assert "entry" in str(pstats.Stats(str(out)).stats)
+    # The seventy-fourth round: a refused command exited 0 so (cProfile's runner takes the
+    # SystemExit for the program's end); its status is the command's, after the report.
+    out.unlink()
+    refused = subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", str(out), str(ROOT / "cli.py"), "preview"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=100,
+    )
+    assert refused.returncode == 2 and refused.stderr.startswith("pipeplan: error:"), refused
+    assert "entry" in str(pstats.Stats(str(out)).stats)
 
 
 def test_profile_writes_a_profile_valid_against_the_printed_schema(tmp_path, capsys):
