@@ -40,6 +40,7 @@ from pipeplan.errors import (
     Interrupted,
     PipeplanError,
     excerpt,
+    quoted,
 )
 from pipeplan.fileio import claims_released
 from pipeplan.formats import RunConfig
@@ -219,6 +220,9 @@ def _path_text(value: Any, flag: str) -> str:
     """A path argument (`resume=`, `out=`, export's): text or a Path, checked as `_text`.
     Found by the forty-eighth round (`resume=`): True was "True: no such run directory"."""
     try:  # a subclass's own methods may raise (the fifty-eighth round: a raw exception)
+        # One held in a 0-d array as the value it holds (`plan(out=np.array("p.json"))` was
+        # "not a path" where np.str_("p.json") was taken: the seventy-fourth round).
+        value = _unwrapped(value, flag, "a path")
         if isinstance(value, PurePath):
             value = str(value)
         if isinstance(value, str):
@@ -293,14 +297,19 @@ def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
 def _value(option: Option, value: Any) -> Any:
     """One keyword option's value as the command line's given value, parsed as its flag's text
     is: `_value(device_memory, "1GiB")` is 1073741824."""
+    wanted = "True or False" if option.bare_type is bool else "a number or text"
+    held = _unwrapped(value, option.spelling, wanted)  # first: checked as if typed
+    if isinstance(held, bytes | bytearray | memoryview):
+        # Read as their text, b" 2" and b"2_0" passed where " 2" and "2_0" are refused (the
+        # fifty-first round): a command line's values are text. Held in a 0-d array, they
+        # were read so too (the seventy-fourth round: np.array(b"3_0") was 30 epochs).
+        shown = value if isinstance(value, bytes) else held  # np.bytes_ named as given
+        raise BadArgumentError(
+            f"{option.spelling}: {quoted(shown)} is bytes; give text (a str) or a number"
+        )
+    value = held
     if isinstance(value, PurePath):  # files and directories are text on the command line
         value = str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        # Read as their text, b" 2" and b"2_0" passed where " 2" and "2_0" are refused
-        # (the fifty-first round): a command line's values are text.
-        raise BadArgumentError(
-            f"{option.spelling}: {excerpt(repr(value))} is bytes; give text (a str) or a number"
-        )
     if isinstance(value, str):
         value = _text(value, option.spelling, longest=None)
     dimensions = getattr(value, "ndim", 0)  # numpy's, torch's; another object's may be anything
@@ -318,6 +327,7 @@ def _value(option: Option, value: Any) -> Any:
             "or text)"
         )
     if array:
+        _refuse_odd_dtype(value, option.spelling, "whole numbers")  # [0, 8] of timedelta64
         value = value.tolist()  # its items held as a list's (a float array was taken)
     if isinstance(value, list | tuple):  # `boundaries=[0, 5, 10]`, as "0,5,10" typed
         # `[0, True, 10]` planned 0,1,10 (the fifty-fifth round): each item is a number
@@ -333,8 +343,6 @@ def _value(option: Option, value: Any) -> Any:
             'numbers in order as a list or tuple, or as text ("0,5,10")'
         )
     value = _plain_number(value, option.spelling)
-    if isinstance(value, str):  # a 0-d array of text, read out: checked as typed text is
-        value = _text(value, option.spelling, longest=None)
     if _is_boolean(value) and option.bare_type is not bool:
         # Python's True is the integer 1, which pydantic takes for a number: the forty-
         # sixth round's `devices_per_node=True, epochs=True` previewed 1 device, 1 epoch
@@ -363,10 +371,13 @@ def _value(option: Option, value: Any) -> Any:
 
 def _item(value: Any, spelling: str) -> Any:
     """One item of a list option (layer indices, micro-batch sizes: whole numbers), as a lone
-    number is read (`_plain_number`), a boolean or a float refused."""
+    number is read (`_plain_number`), a boolean or a float refused; one held in a numpy
+    scalar or a 0-d array as the value it holds (`_unwrapped`: `[0, np.array(b"8")]` was
+    layer 8, the seventy-fourth round)."""
+    value = _unwrapped(value, spelling, "whole numbers")
     if isinstance(value, str | bytes | bytearray | memoryview):  # pydantic read "+4", " 0"
         raise BadArgumentError(
-            f"{spelling}: {excerpt(repr(value))} in a list; give whole numbers, or the whole "
+            f"{spelling}: {quoted(value)} in a list; give whole numbers, or the whole "
             'list as text ("0,5,10")'
         )
     value = _plain_number(value, spelling)
@@ -381,9 +392,8 @@ def _item(value: Any, spelling: str) -> Any:
 def _plain_number(value: Any, spelling: str) -> Any:
     """A number of another type (numpy's, Decimal, Fraction) as Python's int or float, and
     one beyond every limit refused as the command line refuses its digits: 10**5000 was a
-    ValueError from int() and Decimal("1e5000") an OverflowError (fiftieth round)."""
-    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # a 0-d tensor or array
-        value = value.item()  # (torch warned of a tensor that requires grad: fiftieth round)
+    ValueError from int() and Decimal("1e5000") an OverflowError (fiftieth round). A 0-d
+    array or tensor is read out before (`_unwrapped`)."""
     if isinstance(value, bool) or _is_boolean(value) or not isinstance(value, numbers.Number):
         return value
     if isinstance(value, numbers.Integral):
@@ -417,6 +427,60 @@ def _plain_number(value: Any, spelling: str) -> Any:
 
 # An integer of more bits than this (about 100 digits) is beyond every limit an option has.
 MAX_BITS = 332
+
+
+def _unwrapped(value: Any, spelling: str, wanted: str) -> Any:
+    """A numpy scalar, a 0-d numpy array (of any dtype, objects' too) or a 0-d tensor as the
+    Python value it holds (`.item()`), read out before any check, so that the value gets
+    every check it gets typed; any other value as it is. Found by the seventy-fourth round:
+    read out after the checks, `epochs=np.array(b"3_0")` was 30 epochs where b"3" and "3_0"
+    are refused, a NUL in an object array's bytes a ValueError, `boundaries=np.array("0,8")`
+    "not a list" where "0,8" is taken, and `devices_per_node=np.timedelta64(2)` 2 devices.
+    What it holds must be a number, a switch's value, text, bytes (refused as bytes are) or a
+    path: a timedelta64, datetime64 or void, or an object array's list, is refused in one
+    line, naming the option (`wanted`: what to give instead).
+
+        _unwrapped(np.array("0,8"), "--boundaries", "whole numbers")   # '0,8'
+        _unwrapped(np.timedelta64(2), "--epochs", "a number or text")
+        # BadArgumentError: --epochs: np.timedelta64(2) is of numpy's timedelta64 type; give
+        #  a number or text
+    """
+    given = value
+    for _ in range(_MOST_WRAPPED):  # an object array may hold another, or itself
+        if not (getattr(value, "ndim", None) == 0 and hasattr(value, "item")):
+            break
+        _refuse_odd_dtype(value, spelling, wanted)
+        value = value.item()  # (torch warned of a tensor that requires grad: fiftieth round)
+    else:
+        value = given  # still wrapped: refused below as what it holds
+    if value is given:
+        if getattr(given, "ndim", None) == 0 and hasattr(given, "item"):
+            raise BadArgumentError(
+                f"{spelling}: a {excerpt(type(given).__name__)} that holds itself or arrays "
+                f"{_MOST_WRAPPED} deep; give {wanted}"
+            )
+        return value
+    if not isinstance(value, numbers.Number | str | bytes | bytearray | memoryview | PurePath):
+        raise BadArgumentError(
+            f"{spelling}: {quoted(given)} holds a {excerpt(type(value).__name__)}; give {wanted}"
+        )
+    return value
+
+
+# The most 0-d arrays a value may be held in, one in another (an object array's).
+_MOST_WRAPPED = 8
+
+
+def _refuse_odd_dtype(value: Any, spelling: str, wanted: str) -> None:
+    """A numpy array or scalar whose values are no numbers or text (timedelta64, datetime64,
+    void) is refused: `.item()` and `.tolist()` read a timedelta64(2) as 2 (the seventy-
+    fourth round: `devices_per_node=np.timedelta64(2)` was 2 devices)."""
+    dtype = getattr(value, "dtype", None)
+    if getattr(dtype, "kind", None) in ("m", "M", "V"):
+        raise BadArgumentError(
+            f"{spelling}: {quoted(value)} is of numpy's {excerpt(str(dtype.name))} type; give "
+            f"{wanted}"
+        )
 
 
 def _is_boolean(value: Any) -> bool:

@@ -323,6 +323,175 @@ def test_a_list_option_takes_a_list_a_tuple_or_an_array(tmp_path, monkeypatch, c
     assert list(tmp_path.iterdir()) == []
 
 
+def _held(value):
+    """A 0-d numpy array of objects holding `value`."""
+    array = np.empty((), dtype=object)
+    array[()] = value
+    return array
+
+
+_HOLDS_ITSELF = _held(None)
+_HOLDS_ITSELF[()] = _HOLDS_ITSELF
+_BYTES = "is bytes; give text (a str) or a number"
+_IN_A_LIST = 'in a list; give whole numbers, or the whole list as text ("0,5,10")'
+_TIMEDELTA = "is of numpy's timedelta64 type; give"
+
+
+@pytest.mark.parametrize(
+    "call, given, said",
+    [
+        # Bytes, refused as bytes are typed (b"3" is), where "3_0", "+3" and " 3" were read.
+        ("preview", {"epochs": np.array(b"3_0")}, f"--epochs: b'3_0' {_BYTES}"),
+        ("preview", {"epochs": np.array(b"+3")}, f"--epochs: b'+3' {_BYTES}"),
+        ("preview", {"epochs": np.array(b" 3")}, f"--epochs: b' 3' {_BYTES}"),
+        ("preview", {"cluster": np.array(b"a\nb")}, f"--cluster: b'a\\nb' {_BYTES}"),
+        ("preview", {"cluster": _held(b"ab\0")}, f"--cluster: b'ab\\x00' {_BYTES}"),
+        ("preview", {"cluster": _held(bytearray(b"c"))}, f"--cluster: bytearray(b'c') {_BYTES}"),
+        ("profile", {"model": np.array(b"bert-synth")}, f"MODEL: b'bert-synth' {_BYTES}"),
+        ("plan", {"boundaries": [0, np.array(b"8")]}, f"--boundaries: b'8' {_IN_A_LIST}"),
+        ("plan", {"boundaries": (0, np.bytes_(b"8"))}, f"--boundaries: b'8' {_IN_A_LIST}"),
+        ("plan", {"out": np.array(b"o.json")}, "--out: b'o.json' is not a path; give one"),
+        (
+            "export",
+            {"run_dir": np.array(b"r"), "out": "x"},
+            "RUN_DIR: b'r' is not a path; give one",
+        ),
+        # Text, checked as typed text is.
+        (
+            "preview",
+            {"cluster": _held("c\0.json")},
+            "--cluster: c\\x00.json holds a NUL byte; no path does",
+        ),
+        (
+            "preview",
+            {"cluster": np.array(" c")},
+            "--cluster: ' c' has space around it (a quoting mistake?); give 'c'",
+        ),
+        (
+            "plan",
+            {"out": np.array("a\nb.json")},
+            "--out: holds the control character U+000A; names, paths and versions are printed on "
+            "one line",
+        ),
+        ("plan", {"boundaries": np.array(["0", "8"])}, f"--boundaries: '0' {_IN_A_LIST}"),
+        # What is no number or text: .item() read a timedelta64(2) as 2.
+        (
+            "preview",
+            {"devices_per_node": np.timedelta64(2)},
+            f"--devices-per-node: np.timedelta64(2) {_TIMEDELTA} a number or text",
+        ),
+        (
+            "preview",
+            {"epochs": np.array(3, dtype="m8")},
+            f"--epochs: array(3, dtype=timedelta64) {_TIMEDELTA} a number or text",
+        ),
+        (
+            "preview",
+            {"epochs": _held(np.timedelta64(3))},
+            f"--epochs: np.timedelta64(3) {_TIMEDELTA} a number or text",
+        ),
+        (
+            "preview",
+            {"epochs": np.datetime64(3, "D")},
+            "--epochs: np.datetime64('1970-01-04') is of numpy's datetime64[D] type; give a "
+            "number or text",
+        ),
+        (
+            "preview",
+            {"alpha": np.void(b"ab")},
+            "--alpha: np.void(b'\\x61\\x62') is of numpy's void16 type; give a number or text",
+        ),
+        (
+            "plan",
+            {"cache": np.timedelta64(0)},
+            f"--cache: np.timedelta64(0) {_TIMEDELTA} True or False",
+        ),
+        (
+            "plan",
+            {"boundaries": np.array([0, 8], "m8")},
+            f"--boundaries: array([0, 8], dtype=timedelta64) {_TIMEDELTA} whole numbers",
+        ),
+        (
+            "plan",
+            {"boundaries": [0, np.timedelta64(8)]},
+            f"--boundaries: np.timedelta64(8) {_TIMEDELTA} whole numbers",
+        ),
+        (
+            "plan",
+            {"out": np.datetime64(3, "D")},
+            "--out: np.datetime64('1970-01-04') is of numpy's datetime64[D] type; give a path",
+        ),
+        (
+            "preview",
+            {"cluster": _held(["c.json"])},
+            "--cluster: array(list(['c.json']), dtype=object) holds a list; give a number or text",
+        ),
+        (
+            "preview",
+            {"epochs": _held(None)},
+            "--epochs: array(None, dtype=object) holds a NoneType; give a number or text",
+        ),
+        (
+            "preview",
+            {"epochs": _HOLDS_ITSELF},
+            "--epochs: a ndarray that holds itself or arrays 8 deep; give a number or text",
+        ),
+    ],
+)
+def test_a_value_held_in_a_0d_array_is_checked_as_the_value_typed(
+    tmp_path, monkeypatch, call, given, said
+):
+    """Found by the seventy-fourth round: a 0-d numpy array (or a numpy scalar) was read out
+    after the checks, so bytes reached pydantic's reading: `epochs=np.array(b"3_0")` was 30
+    epochs where b"3" and "3_0" are refused, b"+3" and b" 3" were taken, `cluster=` bytes
+    with a newline a two-line error and an object array's b"ab\\x00" a raw ValueError; and
+    `devices_per_node=np.timedelta64(2)` was 2 devices. Each is now read out first and
+    checked as the value it holds would be typed, or refused as no number or text, in one
+    line naming the option; nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("executor.task.export_run", lambda *a, **k: pytest.fail("exported"))
+    monkeypatch.setattr("pipeplan.profiler.profile_to_file", lambda *a: pytest.fail("profiled"))
+    arguments = {
+        "plan": {"profile": PROFILE, "epochs": 1},
+        "preview": {"profile": PROFILE},
+        "profile": {"out": "p.json"},
+    }.get(call, {})
+    with pytest.raises(PipeplanError) as refused:
+        getattr(pipeplan, call)(**{**arguments, **given})
+    assert str(refused.value) == said
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "typed, held",
+    [
+        ({"boundaries": "0,3,6"}, {"boundaries": np.array("0,3,6")}),
+        ({"boundaries": "0,3,6"}, {"boundaries": _held("0,3,6")}),
+        ({"boundaries": [0, 3, 6]}, {"boundaries": np.array([0, 3, 6])}),
+        ({"boundaries": [0, 3, 6]}, {"boundaries": [np.array(0), _held(np.int64(3)), 6]}),
+        ({"epochs": 3}, {"epochs": np.array(3)}),
+        ({"epochs": 3}, {"epochs": _held(np.int64(3))}),
+        ({"profile": PROFILE}, {"profile": np.array(PROFILE)}),
+        ({"profile": PROFILE}, {"profile": _held(Path(PROFILE))}),
+        ({"out": "p.json"}, {"out": np.array("p.json")}),
+        ({"out": "p.json"}, {"out": np.str_("p.json")}),
+    ],
+)
+def test_a_value_held_in_a_0d_array_is_taken_as_the_value_typed(tmp_path, monkeypatch, typed, held):
+    """Found by the seventy-fourth round: `boundaries=np.array("0,8")` was "a ndarray is not a
+    list" where "0,8" and np.str_("0,8") are taken, and `plan(out=np.array("p.json"))` "not a
+    path" where np.str_("p.json") is taken. A value held in a 0-d array is the value typed."""
+    monkeypatch.chdir(tmp_path)
+    plans = []
+    for given in (typed, held):
+        options = {"profile": PROFILE, "devices_per_node": 2, **given}
+        plans.append(dumps(pipeplan.plan(**options)))
+        if "out" in given:
+            assert (tmp_path / "p.json").read_text() == plans[-1]
+            (tmp_path / "p.json").unlink()
+    assert plans[0] == plans[1]
+
+
 class _LoudFloat(float):
     """A float whose own text and conversion raise."""
 
