@@ -685,12 +685,13 @@ def _load_user_data(spec: str, seed: int, target: str, func_name: str) -> TaskDa
     _witness_imports()
     childimports.forget()  # what the children of an earlier loading imported
     _RAN.clear()
+    _FILE_FOLDER[:] = [_file_folder(target)] if names_a_file(target) else []
     _LOADED[:] = [_module_name(target)]
     before = set(sys.modules)
     _PASSED_ON.clear()  # a new loading of the data: its warnings are said again
     with (
         _contained(spec, "the data module", wide=True),
-        _data_directory_on_path(),
+        _data_directory_on_path(_read_folder()),
         # Innermost: pipeplan's holds are not its time.
         reading(spec, f"importing {target}", LOAD_LIMIT_S),
     ):
@@ -712,7 +713,7 @@ def _load_user_data(spec: str, seed: int, target: str, func_name: str) -> TaskDa
     # load() was "No module named 'helper'" beside mydata.py (twenty-eighth round).
     with (
         _contained(spec, "the data function", wide=True),
-        _data_directory_on_path(),
+        _data_directory_on_path(_read_folder()),
         reading(spec, f"its function {func_name}", LOAD_LIMIT_S),
     ):
         hooks = _hooks()
@@ -2892,6 +2893,7 @@ RANK_STATE = frozenset(
         "executor.data._DATA_RUNNING",
         "executor.data._LOADED",
         "executor.data._DESCRIPTORS",
+        "executor.data._FILE_FOLDER",
         "executor.data._HELD_DESCRIPTORS",
         "executor.data._IMPORTED_BY",
         "executor.data._IMPORTED_FILES",
@@ -5894,9 +5896,11 @@ def _forget_if_edited(target: str, spec: str) -> None:
 
 
 @contextlib.contextmanager
-def _data_directory_on_path() -> Iterator[None]:
+def _data_directory_on_path(folder: str | None = None) -> Iterator[None]:
     """`--data mydata:load` finds mydata.py in the directory the command runs in, as
     `python -c` would: the `pipeplan` script's sys.path starts at its own folder instead.
+    `folder`: another directory in its place, the one `--data path/to/file.py:load` is in,
+    where what it imports is found (`_read_folder`), as `python path/to/file.py` would.
     Appended, so it never shadows an installed package or the standard library (a module of
     PYTHONPATH comes first too), and only while the data module is found, imported and its
     function runs. The one rule for the launcher and its ranks: a rank's Python no longer
@@ -5914,7 +5918,7 @@ def _data_directory_on_path() -> Iterator[None]:
     from the directory: a user's profiles.py became pipeplan's `profiles` (thirtieth round: a
     traceback, `'profiles' is not a package`).
     """
-    added = _append_data_directory()
+    added = _append_data_directory(folder)
     try:
         with users_side():
             yield
@@ -6201,29 +6205,50 @@ def forget_users_side() -> None:
     _USERS.update(cwd=None, umask=None)
 
 
-def _append_data_directory() -> str | None:
-    """The working directory appended to sys.path, after the installation's own packages
-    are imported (ours before the directory can shadow one: thirtieth round); the entry
-    added, or None where it was there already."""
+def _append_data_directory(folder: str | None = None) -> str | None:
+    """The working directory (or `folder`) appended to sys.path, after the installation's
+    own packages are imported (ours before the directory can shadow one: thirtieth round);
+    the entry added, or None where it was there already."""
     for name in OWN_PACKAGES:
         importlib.import_module(name)
-    here = str(Path.cwd())
-    if here in sys.path or "" in sys.path:
+    here = str(Path.cwd()) if folder is None else folder
+    if here in sys.path or (folder is None and "" in sys.path):
         return None
     sys.path.append(here)
     return here
 
 
+# The folder of the `path/to/file.py:function` data loaded last (`_load_user_data`), where
+# what it imports is found; empty for data of a module, found from the working directory.
+_FILE_FOLDER: list[str] = []
+
+
+def _file_folder(target: str) -> str:
+    """The folder `path/to/file.py` is in (resolved, as `module_root` takes it)."""
+    return str(Path(target).parent.resolve())
+
+
+def _read_folder() -> str | None:
+    """Where the data loaded last finds what it imports as it loads and its sets are read:
+    a data file's own folder, or None for the working directory (`_data_directory_on_path`).
+    Found by the seventy-fourth round: a `path/to/mydata.py:load` whose `__getitem__`
+    imported `helper` failed in a rank ("No module named 'helper'") once its first read was
+    over, and resumed from another directory, imported that directory's helper.py."""
+    return _FILE_FOLDER[0] if _FILE_FOLDER else None
+
+
 def keep_data_directory_on_path(spec: str) -> None:
-    """A rank's: the directory `--data module:function` was found in stays on sys.path while
-    the rank trains, appended as `_data_directory_on_path` appends it, so that what the sets
+    """A rank's: the directory `--data module:function` was found in (or the one
+    `path/to/file.py:function` is in: the seventy-fourth round) stays on sys.path while the
+    rank trains, appended as `_data_directory_on_path` appends it, so that what the sets
     import as they are read is found as the launcher found it. Nothing for other data.
 
         keep_data_directory_on_path(cfg.data)   # Trainer, once its data is built
     """
-    if ":" not in spec or spec in BUILTINS or names_a_file(spec.rpartition(":")[0]):
+    target = spec.rpartition(":")[0]
+    if ":" not in spec or spec in BUILTINS:
         return
-    _append_data_directory()
+    _append_data_directory(_file_folder(target) if names_a_file(target) else None)
 
 
 def _not_the_file_here(target: str, module: Any) -> str:
@@ -6542,7 +6567,7 @@ def length(dataset: Any, name: str, split: str) -> int:
     parent's on a user's set is this one: held as all its data code is (`_contained`), and
     the same count at every call (`_check_same_length`)."""
     doing = f"len() of the {split} set"
-    with _contained(name, doing), _data_directory_on_path(), reading(name, doing):
+    with _contained(name, doing), _data_directory_on_path(_read_folder()), reading(name, doing):
         try:
             count = len(dataset)
         except Exception as exc:
@@ -6609,7 +6634,7 @@ def items(dataset: Any, indices: Sequence[int], name: str, split: str) -> list[t
     doing = f"reading {split} item {indices[0]}"
     if len(indices) > 1:
         doing = f"reading {split} items {indices[0]} to {indices[-1]}"
-    with _contained(name, doing), _data_directory_on_path():
+    with _contained(name, doing), _data_directory_on_path(_read_folder()):
         for index in indices:
             each = f"reading {split} item {index}"
             with reading(name, each):

@@ -745,6 +745,8 @@ def check_helpers_kept(run_dir: Path, cfg: RunConfig) -> None:
         return
     listed = [Path(file.path) for file in record.files]
     depth = 0 if names_a_file(target) else target.count(".")
+    if not names_a_file(target) and listed[0].name == "__init__.py":
+        depth += 1  # `pkg:load` in pkg/__init__.py: the folder holding pkg/ (`module_root`'s)
     if len(listed[0].parents) <= depth:
         return
     root = listed[0].parents[depth]  # the folder the run imported its data module from

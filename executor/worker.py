@@ -61,6 +61,7 @@ from executor.task import (
     build_task,
     check_data_facts,
     check_data_kept,
+    check_helpers_kept,
     data_facts,
     data_modules_imported,
     export_tokenizer,
@@ -1521,9 +1522,13 @@ class Trainer:
         which adds them to data.json (`task.record_data_modules`): a resume or an export
         refuses one edited since. One gather of short lists, on the host group as the
         checkpoint's own. Found by the thirty-first round: such a helper, edited before a
-        resume, trained on other data without a word."""
+        resume, trained on other data without a word. Each helper data.json lists that the
+        rank has imported must be that file (`task.check_helpers_kept`, the launcher's check
+        on a resume): one imported only as the sets were read was never compared (the
+        seventy-fourth round); the checkpoint is not written."""
         if self.data_modules is None:
             return
+        check_helpers_kept(self.run_dir, self.cfg)
         found = data_modules_imported(self.cfg, self.data_modules, self.modules_seen)
         every = [None] * self.world if self.rank == 0 else None
         dist.gather_object(found, every, dst=0, group=host_group())

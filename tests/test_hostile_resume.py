@@ -4079,11 +4079,13 @@ def test_a_file_datas_resume_from_another_directory_refuses_its_helper_there(
     found through the working directory, resumed from another directory holding its own
     `helper.py` (and a link to the run's mydata.py), imported that helper instead of the
     listed one, which was unchanged, so no check saw it, and trained on other labels, exit 0.
-    The helper imported here is held to the one data.json lists, by its module's name."""
+    A file's helpers are found beside it now (the seventy-fourth round), as `python
+    path/to/mydata.py` finds them: the resume trains on the run's own, wherever it runs."""
     first, other = tmp_path / "p1", tmp_path / "p2"
     for folder, shift in ((first, 0), (other, 1)):
         folder.mkdir()
-        (folder / "rt73_helper.py").write_text(f"SHIFT = {shift}\n")
+        marker = f"open({str(folder / 'imported')!r}, 'w').close()\n"
+        (folder / "rt73_helper.py").write_text(f"{marker}SHIFT = {shift}\n")
     (first / "rt73_file.py").write_text(
         "import torch, rt73_helper\n"
         "from torch.utils.data import TensorDataset\n"
@@ -4103,16 +4105,108 @@ def test_a_file_datas_resume_from_another_directory_refuses_its_helper_there(
         sys.modules.pop("rt73_helper", None)  # a new command's process, as a user's would be
         monkeypatch.chdir(other)
         run = tmp_path / "runs" / "q"
-        fragments = (
-            f"{run}/data.json: the run's data module imported 'rt73_helper' from "
-            f"{first}/rt73_helper.py, but here (in {other}) it imports {other}/rt73_helper.py"
-        )
-        for given in ([], ["--data", "rt73_file.py:load"]):
-            resume = ["run", "--resume", str(run), "--epochs", "2", *given]
-            refused(resume, tmp_path / "runs", capsys, fragments)
+        for epochs, given in (("2", []), ("3", ["--data", "rt73_file.py:load"])):
+            resume = ["run", "--resume", str(run), "--epochs", epochs, *given]
+            assert cli.main(resume) == 0, capsys.readouterr().err[-3000:]
             sys.modules.pop("rt73_helper", None)
+        assert (first / "imported").exists() and not (other / "imported").exists()
     finally:
         sys.modules.pop("rt73_helper", None)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("form", ["module", "file"])
+def test_a_helper_only_the_ranks_import_is_held_to_data_json_on_a_resume(
+    tmp_path, capsys, monkeypatch, form
+):
+    """Found by the seventy-fourth round: a helper a rank imports only as it reads its items
+    (a `__getitem__`'s `import helper`), resumed from another directory holding its own
+    `helper.py`, was that directory's, and the rank trained on it, exit 0: the launcher's
+    check (above) saw no such import (and `path/to/mydata.py:load` found no helper at all
+    past a rank's first read). A file's helpers are found beside it now; a resume with a
+    PYTHONPATH that finds another helper of that name first (no directory rule helps) is
+    refused by the rank as it checkpoints, against data.json; the checkpoint is not
+    written."""
+    first, other = tmp_path / "p1", tmp_path / "p2"
+    for folder, shift in ((first, 0), (other, 1)):
+        folder.mkdir()
+        (folder / "rt74_lazy.py").write_text(f"SHIFT = {shift}\n")
+    (first / "rt74_later.py").write_text("SHIFT = 0\n")
+    (first / "rt74_ranks.py").write_text(
+        "import os, torch\n"
+        "from torch.utils.data import TensorDataset\n"
+        "class Lazy(TensorDataset):\n"
+        "    reads = 0\n"
+        "    def __getitem__(self, i):\n"
+        "        x, y = super().__getitem__(i)\n"
+        "        if 'RANK' not in os.environ:\n"
+        "            return x, y\n"
+        "        import rt74_lazy\n"  # the ranks' reads alone
+        "        Lazy.reads += 1\n"
+        "        if Lazy.reads > 16:\n"  # past the first batch: "No module named" for a file's
+        "            import rt74_later\n"
+        "        return x, (y + rt74_lazy.SHIFT) % 2\n"
+        "def load(seed=0):\n"
+        "    x = torch.rand(64, 1, 8, 8, generator=torch.Generator().manual_seed(seed))\n"
+        "    y = torch.arange(64) % 2\n"
+        "    return Lazy(x, y), TensorDataset(x, y)\n"
+    )
+    data = "rt74_ranks:load" if form == "module" else "rt74_ranks.py:load"
+    monkeypatch.chdir(first)
+    argv = ["run", "--model", "vit-digits", "--data", data, "--nproc", "1", "--epochs", "1"]
+    argv += ["--max-steps-per-epoch", "2", "--global-batch", "16", "--checkpoint-every", "1"]
+    argv += ["--runs-dir", str(tmp_path / "runs"), "--name", "q"]
+    assert cli.main(argv) == 0, capsys.readouterr().err[-3000:]
+    capsys.readouterr()
+    run = tmp_path / "runs" / "q"
+    listed = [f["path"] for f in json.loads((run / "data.json").read_text())["files"]]
+    assert listed[0] == str(first / "rt74_ranks.py")
+    assert sorted(listed[1:]) == [str(first / "rt74_later.py"), str(first / "rt74_lazy.py")]
+    kept = sorted(p.name for p in (run / "checkpoints").iterdir())
+    monkeypatch.setenv("PYTHONPATH", f"{other}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    resume = ["run", "--resume", str(run), "--epochs", "2"]
+    assert cli.main(resume) == 2
+    err = capsys.readouterr().err
+    said = (
+        f"writing its checkpoint, or at step 3: {run}/data.json: the run's data module imported "
+        f"'rt74_lazy' from {first}/rt74_lazy.py, but here (in {first}) it imports "
+        f"{other}/rt74_lazy.py"
+    )
+    assert err.startswith("pipeplan: error: training failed on rank 0 after step 2,"), err
+    assert said in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == kept
+
+
+def test_a_packages_helpers_are_named_from_the_folder_that_holds_it(tmp_path, monkeypatch):
+    """Found by the seventy-fourth round: `--data pkg:load` (its `load` in pkg/__init__.py)
+    that imports both ./inner.py and pkg/inner.py was refused on a resume from its own
+    directory, nothing changed ("imported 'inner' from …/pkg/inner.py, but here it imports
+    …/inner.py"): the resume's helper check named the helpers from pkg/, not from the folder
+    holding it, as `module_root` does; and a package's helper imported from elsewhere went
+    unchecked (pkg/sub/helper.py was named `sub.helper`)."""
+    import types
+
+    from executor.task import check_helpers_kept
+    from pipeplan.formats import DataFile, DataRecord
+    from pipeplan.formats.base import dumps
+
+    files = [tmp_path / "rt74pkg" / "__init__.py", tmp_path / "rt74_inner.py"]
+    files.append(tmp_path / "rt74pkg" / "rt74_inner.py")
+    record = DataRecord(
+        data="rt74pkg:load", files=[DataFile(path=str(f), sha256="0" * 64) for f in files]
+    )
+    (tmp_path / "data.json").write_text(dumps(record))
+    cfg = types.SimpleNamespace(data="rt74pkg:load")
+    for name, file in (("rt74_inner", files[1]), ("rt74pkg.rt74_inner", files[2])):
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(__file__=str(file)))
+    check_helpers_kept(tmp_path, cfg)  # the run's own: no refusal
+    elsewhere = tmp_path / "other" / "rt74pkg" / "rt74_inner.py"
+    monkeypatch.setitem(
+        sys.modules, "rt74pkg.rt74_inner", types.SimpleNamespace(__file__=str(elsewhere))
+    )
+    with pytest.raises(InputFileError, match=re.escape("imported 'rt74pkg.rt74_inner' from")):
+        check_helpers_kept(tmp_path, cfg)
 
 
 # ----------------------------------------- thirty-sixth round: no usable checkpoint, and which
