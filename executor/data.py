@@ -678,9 +678,10 @@ def _load_user(spec: str, seed: int) -> TaskData:
 
 def _load_user_data(spec: str, seed: int, target: str, func_name: str) -> TaskData:
     # pipeplan's own doing: before the import system is held
-    if not names_a_file(target):
-        with _data_directory_on_path():
+    with _data_directory_on_path(_file_folder(target) if names_a_file(target) else None):
+        if not names_a_file(target):
             _forget_if_elsewhere(target)
+        _forget_if_moved()
     _forget_if_edited(target, spec)
     _witness_imports()
     childimports.forget()  # what the children of an earlier loading imported
@@ -5740,6 +5741,10 @@ def _remember_files(target: str, spec: str) -> None:
     }
 
 
+# The `pipeplan` command's own module, beside pipeplan's packages.
+_OWN_CLI = str(Path(__file__).resolve().parent.parent / "cli.py")
+
+
 def _user_modules(target: str, spec: str) -> dict[str, Path]:
     """The user's modules in sys.modules now (beside the data's module, sources or sourceless
     .pyc files), by name: their files."""
@@ -5752,6 +5757,10 @@ def _user_modules(target: str, spec: str) -> dict[str, Path]:
         file = getattr(module, "__file__", None)
         if type(file) is not str or name in ("__main__", "__mp_main__"):
             continue  # the user's running script is never imported afresh; no plain str, no file
+        own_cli = name == "cli" and os.path.realpath(file) == _OWN_CLI
+        if name.partition(".")[0] in RANK_PACKAGES or own_cli:
+            continue  # pipeplan's own, in a checkout that is the data's folder too: never taken
+            # out (the seventy-fourth round: a call refused, its errors another class)
         where = located(file, folders)
         if where is None or (name != target and not any(p.startswith(under_root) for p in where)):
             continue  # outside the data's folder (torch's, Python's): decided by the text
@@ -5847,10 +5856,23 @@ def _forget_if_elsewhere(target: str) -> None:
             return  # the same module, found where it was
     else:
         return
-    names = [name for name in sys.modules if name == top or name.startswith(f"{top}.")]
-    for name in [*names, *_IMPORTED_FILES.get(target, ())]:
+    for name in [name for name in sys.modules if name == top or name.startswith(f"{top}.")]:
         sys.modules.pop(name, None)
     importlib.invalidate_caches()
+
+
+def _forget_if_moved() -> None:
+    """`_forget_if_elsewhere` of each module of the user's an earlier loading recorded
+    (`_IMPORTED_FILES`), not only the data module's: a helper the import rule finds in
+    another place now is taken out, and one it finds nowhere (the caller's own module, in
+    the folder it left) is kept. Found by the seventy-fourth round: an API caller that moved
+    to another project kept the first project's `helper`, whose data the launcher checked
+    ("gave rank 0 96 training samples; the launcher checked 128"), while every module
+    recorded with the data module was taken out when it moved, the caller's own among them
+    (and pipeplan's, in a checkout that was the data's folder: `_user_modules`)."""
+    for name in sorted({name for files in _IMPORTED_FILES.values() for name in files}):
+        if not name.startswith(_OWN_ENTRIES):
+            _forget_if_elsewhere(name)
 
 
 def _places(found: Any) -> list[str]:
@@ -5889,7 +5911,10 @@ def _forget_if_edited(target: str, spec: str) -> None:
         for name, path in _user_modules(target, spec).items()
         if name not in files and file_state(path)[2:3] > (_RECORDED_AT[target],)
     ]
-    if now != files or later:
+    # Only those still imported are compared: one taken out since (moved: `_forget_if_moved`)
+    # is imported afresh anyway, and took the caller's own modules out with it (the
+    # seventy-fourth round).
+    if any(files[name] != state for name, state in now.items()) or later:
         for name in [*files, *later]:
             sys.modules.pop(name, None)
         importlib.invalidate_caches()

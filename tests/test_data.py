@@ -844,6 +844,54 @@ def test_a_childs_reports_are_all_read_while_it_writes_and_the_forker_reads(monk
         childimports.forget()
 
 
+def test_a_caller_that_moves_to_another_project_gets_that_projects_helpers(tmp_path, monkeypatch):
+    """Found by the seventy-fourth round: a Python API caller that ran `mydata:load` in
+    project A, then `other:load` in project B (or `path/to/mydata.py:load` in each), kept A's
+    `helper`, whose data the launcher checked and data.json's facts described; every module
+    recorded with A's data module was taken out once it moved, the caller's own module
+    (imported from A, not the data's) among them; and in a pipeplan checkout that was the
+    data's folder too, pipeplan's own modules were (a call refused, its errors another
+    class than the caller's). A recorded module the import rule finds elsewhere now is taken
+    out; one it finds nowhere stays; pipeplan's are never recorded."""
+    for project, count in (("A", 4), ("B", 6)):
+        folder = tmp_path / project
+        folder.mkdir()
+        (folder / "rt74_helper.py").write_text(f"N = {count}\n")
+        for name in ("rt74_a", "rt74_b"):
+            (folder / f"{name}.py").write_text(
+                "import torch, rt74_helper\n"
+                "from torch.utils.data import TensorDataset\n"
+                "def load(seed=0):\n"
+                "    x = torch.zeros(rt74_helper.N, 1, 8, 8)\n"
+                "    y = torch.arange(rt74_helper.N) % 2\n"
+                "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+            )
+    (tmp_path / "A" / "rt74_mylib.py").write_text("STATE = {}\n")
+    names = ("rt74_a", "rt74_b", "rt74_helper", "rt74_mylib")
+    for name in names:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path / "A"))  # the caller's own import, then gone
+    import rt74_mylib
+
+    sys.path.remove(str(tmp_path / "A"))
+    for spec in ("rt74_a:load", "rt74_a.py:load"):  # a module, then a file, in each project
+        monkeypatch.chdir(tmp_path / "A")
+        assert len(D._load_user(spec, 0).train) == 4
+        monkeypatch.chdir(tmp_path / "B")
+        other = spec.replace("rt74_a", "rt74_b")
+        assert len(D._load_user(other, 0).train) == 6  # B's helper, not A's
+        assert D.helper_files(other) == [tmp_path / "B" / "rt74_helper.py"]
+        assert sys.modules["rt74_mylib"] is rt74_mylib  # the caller's, found nowhere now
+    # A checkout that is the data's folder: pipeplan's own modules are never the user's.
+    import cli  # noqa: F401  (the command's module, imported as the command imports it)
+
+    repo = Path(D.__file__).resolve().parent.parent
+    monkeypatch.setattr(D, "module_root", lambda spec: repo)
+    mine = D._user_modules("rt74_b", "rt74_b:load")
+    assert "executor.data" in sys.modules and "cli" in sys.modules
+    assert not [n for n in mine if n.partition(".")[0] in ("executor", "pipeplan", "cli")]
+
+
 def test_a_call_from_another_directory_imports_that_directorys_module(tmp_path, monkeypatch):
     """Found by the seventy-second round: a Python API caller that ran a call in project x,
     then `os.chdir` to project y (each with its own `mydata.py`) and called again, kept x's
