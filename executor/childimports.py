@@ -8,12 +8,17 @@ imports from a file outside the installed folders (its name, the module that imp
 its file) as one line to a file of its own, in a folder named after the process that
 collects them: its forker, or that one's forker where a child forks in turn. The forker
 reads and removes them as the data's code returns and whenever it asks (`found`), so a
-process that ends without its exit callbacks leaves none behind. A child started afresh (the
-spawn and forkserver start methods) holds none of this: it is a new interpreter.
+process that ends without its exit callbacks leaves none behind. The folder is made by the
+forker as it first forks, under the temporary folder pipeplan started with (data code that
+moves tempfile's folder meanwhile moves no report), and a child that cannot write its report
+marks the folder so: the forker's `problem` says so, and data.json is not written without
+it. A child started afresh (the spawn and forkserver start methods) holds none of this: it is
+a new interpreter.
 
     watch(running)                 # once: a fork while `running` is not empty reports
     report(name, path, target, importer, witness, installed)   # the witness's, in such a child
     found()                        # {"helper": ("mydata", "/home/me/helper.py")} here
+    problem()                      # None, or why a child's imports may be missing
     forget()                       # a new loading of the data: what came before is gone
 """
 
@@ -29,20 +34,21 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-# The most of one child's report read (a line is a name and two paths): a child that imports
-# without end fills no memory of its forker's.
-MAX_REPORT_BYTES = 1 << 20
+# The most of one child's report read (a line is a name and two paths, each written once): a
+# child that imports without end fills no memory of its forker's, and is said (`problem`).
+MAX_REPORT_BYTES = 1 << 22
 
+# Where the folders are made: the temporary folder as pipeplan started, absolute (`TMPDIR=.`
+# and a child that changed its directory wrote elsewhere: the seventy-fourth round).
+_BASE = os.path.abspath(tempfile.gettempdir())
 _TOKEN = secrets.token_hex(8)  # a folder no other user's process can name before ours does
+_REPORTS_FOLDER: list[str] = []  # this process's, once made (at its first fork in data code)
 _REPORT_TO: list[str] = []  # in a child forked while the data's code ran: the folder
 _FORKING_TO: list[str] = []  # set as a fork begins: the folder its child reports to
-_FORKED: list[bool] = []  # not empty once the data's code has forked: reports may come
+_SENT: set[bytes] = set()  # in a reporting child: the lines written (a reload writes none)
 _FOUND: dict[str, tuple[str | None, str]] = {}  # collected: name → (importer, file)
-
-
-def _folder() -> str:
-    """Where the children of this process report (nothing is made until one does)."""
-    return os.path.join(tempfile.gettempdir(), f"pipeplan-imports-{os.getpid()}-{_TOKEN}")
+_PROBLEMS: list[str] = []  # why a report may be missing (`problem`)
+_FAILED = "failed-"  # a mark a child leaves where it could not write its report
 
 
 def watch(running: Sequence[Any]) -> None:
@@ -50,16 +56,45 @@ def watch(running: Sequence[Any]) -> None:
     imports, to this process's folder (or, forked by a reporting child, to that one's)."""
 
     def before() -> None:
-        _FORKING_TO[:] = [_REPORT_TO[0] if _REPORT_TO else _folder()] if running else []
-        if running and not _FORKED:
-            _FORKED.append(True)
+        _FORKING_TO[:] = []
+        if running:
+            folder = _REPORT_TO[0] if _REPORT_TO else _made()
+            _FORKING_TO[:] = [folder] if folder else []
 
     def child() -> None:
         _REPORT_TO[:] = _FORKING_TO
-        _FORKED.clear()
+        _REPORTS_FOLDER.clear()
+        _SENT.clear()
         _FOUND.clear()  # the forker's to collect, not this copy's
+        _PROBLEMS.clear()
 
     os.register_at_fork(before=before, after_in_child=child)
+
+
+def _made() -> str | None:
+    """This process's folder, made at its first fork in the data's code, and a child's longest
+    report name tried there; None (and the `problem` said) where it cannot be."""
+    folder = _REPORTS_FOLDER[0] if _REPORTS_FOLDER else _folder()
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        longest = os.path.join(folder, f"{_FAILED}{'9' * 10}.jsonl")
+        os.close(os.open(longest, os.O_WRONLY | os.O_CREAT, 0o600))
+        os.unlink(longest)
+    except OSError as exc:
+        _said(f"a process it forked cannot report what it imports ({folder}: {exc.strerror})")
+        return None
+    _REPORTS_FOLDER[:] = [folder]
+    return folder
+
+
+def _folder() -> str:
+    """This process's folder's name (made by `_made`)."""
+    return os.path.join(_BASE, f"pipeplan-imports-{os.getpid()}-{_TOKEN}")
+
+
+def _said(problem: str) -> None:
+    if problem not in _PROBLEMS:
+        _PROBLEMS.append(problem)
 
 
 def reporting() -> bool:
@@ -78,7 +113,8 @@ def report(
     """In a reporting child, about to import `name` (`find_spec`'s arguments), asked for by
     the module `importer`: its file, found by the finders after `witness` (the finder that
     calls this) as the import will find it, written as one line where it is a .py file outside
-    the `installed` folders. Nothing is raised: the child's import goes on as it would."""
+    the `installed` folders. Nothing is raised: the child's import goes on as it would; a
+    report it cannot write leaves a mark its forker finds."""
     try:
         spec = None
         for finder in sys.meta_path:
@@ -92,10 +128,25 @@ def report(
         if type(origin) is not str or not origin.endswith(".py"):
             return
         origin = os.path.abspath(origin)  # the child may have changed its directory
-        if not origin.startswith(installed):
-            _write(_REPORT_TO[0], (json.dumps([name, importer, origin]) + "\n").encode())
-    except Exception:
-        pass
+        line = (json.dumps([name, importer, origin]) + "\n").encode()
+        if origin.startswith(installed) or line in _SENT:
+            return
+        _write(_REPORT_TO[0], line)
+        _SENT.add(line)
+    except Exception as exc:
+        _mark(exc)
+
+
+def _mark(exc: Exception) -> None:
+    """The mark of a report this child could not write, with why, in its forker's folder."""
+    with contextlib.suppress(Exception):
+        why = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"[:200]
+        mark = os.path.join(_REPORT_TO[0], f"{_FAILED}{os.getpid()}")
+        fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, why.encode())
+        finally:
+            os.close(fd)
 
 
 def _write(folder: str, line: bytes) -> None:
@@ -116,25 +167,43 @@ def _write(folder: str, line: bytes) -> None:
             except FileNotFoundError:
                 there = False
             if there:
-                os.write(fd, line)
+                if os.write(fd, line) != len(line):
+                    raise OSError(28, "the report was written in part")
                 return
         finally:
             os.close(fd)
+    raise OSError(11, "the report's file was taken away eight times as it was written")
 
 
 def found() -> dict[str, tuple[str | None, str]]:
     """The modules this process's forked children reported importing since `forget`, by
     name: the module that imported each (None: installed code alone) and its file. The
-    reports read are removed (their folder too, once empty)."""
-    if not _FORKED:
+    reports read are removed, and the folder once empty (a process that ends without its exit
+    callbacks leaves none behind); a child's mark that it could not write one, or a report
+    past MAX_REPORT_BYTES, is kept for `problem`."""
+    if not _REPORTS_FOLDER:
         return _FOUND
-    folder = _folder()
+    folder = _REPORTS_FOLDER[0]
     try:
         entries = os.listdir(folder)
-    except OSError:
+    except FileNotFoundError:  # none since the last look
+        return _FOUND
+    except OSError as exc:
+        _said(f"the reports of the processes it forked cannot be read ({folder}: {exc.strerror})")
         return _FOUND
     for entry in entries:
-        for line in _take(os.path.join(folder, entry)).splitlines():
+        text = _take(os.path.join(folder, entry))
+        if entry.startswith(_FAILED):
+            why = text.decode(errors="replace").strip() or "no reason given"
+            _said(f"a process it forked could not report what it imported ({why})")
+            continue
+        if len(text) > MAX_REPORT_BYTES:
+            _said(
+                "a process it forked reported more than "
+                f"{MAX_REPORT_BYTES >> 20} MiB of modules imported"
+            )
+            continue
+        for line in text.splitlines():
             try:
                 name, importer, origin = json.loads(line)
             except ValueError:
@@ -142,13 +211,13 @@ def found() -> dict[str, tuple[str | None, str]]:
             if type(name) is str and type(origin) is str and type(importer) in (str, type(None)):
                 _FOUND.setdefault(name, (importer, origin))
     with contextlib.suppress(OSError):
-        os.rmdir(folder)
+        os.rmdir(folder)  # made again by the next fork, or by a child as it writes
     return _FOUND
 
 
 def _take(path: str) -> bytes:
-    """A child's report read (at most MAX_REPORT_BYTES) and removed, under its lock: a line
-    its child writes meanwhile waits, and then goes to a new file."""
+    """A child's report (or mark) read, at most one byte past MAX_REPORT_BYTES, and removed,
+    under its lock: a line its child writes meanwhile waits, and then goes to a new file."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -157,7 +226,11 @@ def _take(path: str) -> bytes:
         fcntl.flock(fd, fcntl.LOCK_EX)
         with contextlib.suppress(OSError):
             os.unlink(path)
-        return os.read(fd, MAX_REPORT_BYTES)
+        chunks, size = [], 0
+        while size <= MAX_REPORT_BYTES and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
     except OSError:
         return b""
     finally:
@@ -170,8 +243,16 @@ def known(name: str) -> tuple[str | None, str] | None:
     return _FOUND.get(name)
 
 
+def problem() -> str | None:
+    """Why a forked child's imports may be missing from `found` (its report could not be
+    made, written or read whole), or None."""
+    found()
+    return "; ".join(_PROBLEMS) if _PROBLEMS else None
+
+
 def forget() -> None:
     """The reports so far removed, and what was collected of them forgotten: a new loading
     of the data (an API call's), or the process's end."""
     found()
     _FOUND.clear()
+    _PROBLEMS.clear()

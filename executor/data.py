@@ -2883,10 +2883,12 @@ RANK_STATE = frozenset(
         "cli._pending",
         "cli._said",
         "executor.cache._MADE",
-        "executor.childimports._FORKED",
+        "executor.childimports._REPORTS_FOLDER",
         "executor.childimports._FORKING_TO",
         "executor.childimports._FOUND",
+        "executor.childimports._PROBLEMS",
         "executor.childimports._REPORT_TO",
+        "executor.childimports._SENT",
         "executor.cache._OPENED",
         "executor.checkpoint._READ_FROM",
         "executor.data._ACTIVE",
@@ -5556,7 +5558,13 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
     seen = set() if seen is None else seen
     root, installed, folders = module_root(spec), _installed_folders(), {}
     new = [name for name in list(sys.modules) if name not in before]
-    # and what the processes the data's code forked imported (seventy-third round)
+    # and what the processes the data's code forked imported (seventy-third round), all of it
+    if (missing := childimports.problem()) is not None:  # (the seventy-fourth round)
+        raise BadArgumentError(
+            f"data {quoted(spec)}: {missing}: data.json cannot record each module of yours it "
+            "imports; give pipeplan a temporary folder it can write (TMPDIR), or import them "
+            "at the data module's top level"
+        )
     new += [n for n in childimports.found() if n not in sys.modules and n not in before]
     datas = _imported_by_the_data(new, data_module, installed)
     ran = set(datas) | _packages_of(data_module)

@@ -808,6 +808,75 @@ def test_a_helper_imported_only_in_a_forked_child_is_the_datas(tmp_path, monkeyp
     assert D.imported_file("rt74_pooled") is None
 
 
+@pytest.mark.parametrize("case", ["tempdir moved", "reloads", "cannot write", "no folder"])
+def test_a_forked_childs_report_is_whole_or_the_data_is_refused(tmp_path, monkeypatch, case):
+    """Found by the seventy-fourth round: a helper imported only in a forked child was left
+    out of data.json, in silence, where its report went elsewhere (data code that moved
+    tempfile's folder while its pool worked, or TMPDIR=. and a child that changed its
+    directory), could not be written (a TMPDIR too long for the report's name), or lay past
+    the first MiB read (a worker that reloaded a module 25,000 times). The folder is the one
+    pipeplan started with, made by the forker; a line is written once; and a report that is
+    missing or cut is one line refusing the data."""
+    from executor import childimports
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "rt74_late.py").write_text("K = 1\n")
+    (data / "rt74_settings.py").write_text("K = 2\n")
+    work = {
+        "tempdir moved": "    os.chdir(tempfile.gettempdir())\n",
+        "reloads": "    for _ in range(200): importlib.reload(rt74_settings)\n",
+        "cannot write": "    childimports._write = boom\n",
+        "no folder": "",
+    }[case]
+    (data / "rt74_forks.py").write_text(
+        "import importlib, multiprocessing, os, tempfile\n"
+        "import torch\n"
+        "from torch.utils.data import TensorDataset\n"
+        "from executor import childimports\n"
+        "import rt74_settings\n"
+        "def boom(folder, line):\n"
+        "    raise OSError(36, 'File name too long')\n"
+        "def make(i):\n"
+        f"{work}"
+        "    import rt74_late\n"
+        "    return i + rt74_late.K\n"
+        "def load(seed=0):\n"
+        "    old = tempfile.tempdir\n"
+        "    with tempfile.TemporaryDirectory() as scratch:\n"
+        "        tempfile.tempdir = scratch\n"  # put back before it returns: allowed
+        "        with multiprocessing.get_context('fork').Pool(1) as pool:\n"
+        "            assert pool.map(make, range(2)) == [1, 2]\n"
+        "        tempfile.tempdir = old\n"
+        "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
+        "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+    )
+    monkeypatch.syspath_prepend(str(data))
+    for name in ("rt74_forks", "rt74_late", "rt74_settings"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(childimports, "MAX_REPORT_BYTES", 4096)  # a line written once: fits
+    if case == "no folder":
+        (tmp_path / "a file").write_text("")
+        monkeypatch.setattr(childimports, "_BASE", str(tmp_path / "a file"))
+        monkeypatch.setattr(childimports, "_REPORTS_FOLDER", [])
+    D._load_user("rt74_forks:load", 0)
+    try:
+        if case in ("cannot write", "no folder"):
+            why = "File name too long" if case == "cannot write" else "Not a directory"
+            with pytest.raises(
+                BadArgumentError,
+                match=f"^data 'rt74_forks:load': a process it forked (could not|cannot) .*{why}",
+            ):
+                D.helper_files("rt74_forks:load")
+        else:
+            assert D.helper_files("rt74_forks:load") == [
+                data / "rt74_late.py",
+                data / "rt74_settings.py",
+            ]
+    finally:
+        childimports.forget()
+
+
 def test_a_childs_reports_are_all_read_while_it_writes_and_the_forker_reads(monkeypatch):
     """The reports of `childimports`: children appending while their forker reads and removes
     their files lose no line (each write is made under the file's lock, to the file there
@@ -816,8 +885,7 @@ def test_a_childs_reports_are_all_read_while_it_writes_and_the_forker_reads(monk
 
     from executor import childimports
 
-    monkeypatch.setattr(childimports, "_FORKED", [True])
-    folder = childimports._folder()
+    folder = childimports._made()
     children = []
     for child in range(3):
         pid = os.fork()
