@@ -46,6 +46,7 @@ from pipeplan.errors import (
     PipeplanError,
     Stopped,
     excerpt,
+    import_failure,
     memory_failure,
     quoted,
     tempdir_failure,
@@ -695,10 +696,13 @@ def report(
             ),
             out,
         )
+        # Through the one logger, as every other notice (the seventy-fourth round: two bare
+        # `note: …` lines).
+        warn = logging.getLogger("pipeplan.cli").warning
         if b.previewed_unavailable is not None:
-            say(f"note: no previewed speedup: {b.previewed_unavailable}")
+            warn("no previewed speedup: %s", b.previewed_unavailable)
         if b.steps != result.steps:
-            say(f"note: the baseline ran {b.steps} steps, this run {result.steps}")
+            warn("the baseline ran %d steps, this run %d", b.steps, result.steps)
 
 
 def epoch_table(result: Any) -> Table:
@@ -1105,6 +1109,7 @@ def main(argv: list[str] | None = None) -> int:
             _check_working_directory()
             _check_address_space(_command_of(args))
             check_openmp_environment()
+            log.check_library_log_levels()
             log.bound_console_size()
             # One call at a time in the process, as the API's (a data function's
             # `pipeplan.run` under `pipeplan run` trained a whole inner run: the sixtieth round).
@@ -1151,11 +1156,20 @@ def main(argv: list[str] | None = None) -> int:
         _said.append(0)
         if _debug["on"]:
             traceback.print_exc()
-        if (failure := memory_failure(exc) or tempdir_failure(exc)) is not None:
+        failure = memory_failure(exc) or tempdir_failure(exc) or import_failure(exc)
+        if failure is not None:
             log.error(failure)
             return 2
         where = f"{exc.filename}: " if exc.filename else ""
         log.error(f"{where}{exc.strerror or exc}")
+        return 2
+    except Exception as exc:  # a library's import that its environment variables failed
+        if (failure := import_failure(exc)) is None:
+            raise  # pipeplan's own fault: its traceback
+        _said.append(0)
+        if _debug["on"]:
+            traceback.print_exc()
+        log.error(failure)
         return 2
     finally:
         _put_back(previous, argv)

@@ -141,12 +141,15 @@ def openmp_checked() -> None:
     one line and exit 2, as the `pipeplan` command says it (`check_openmp_environment`).
     Unchecked, `OMP_NUM_THREADS=0` printed libgomp's two lines and trained, and
     `GOMP_CPU_AFFINITY=abc` spun every rank at 100 % CPU, deaf to SIGTERM, without bound
-    (the fifty-third round). Light: no torch."""
+    (the fifty-third round). So is a log level torch or transformers cannot read
+    (`log.check_library_log_levels`: the seventy-fourth round). Light: no torch."""
     from pipeplan.errors import PipeplanError
+    from pipeplan.log import check_library_log_levels
     from pipeplan.openmp import check_openmp_environment
 
     try:
         check_openmp_environment()
+        check_library_log_levels()
     except PipeplanError as exc:
         sys.stderr.write(f"pipeplan: error: {named_rank()}{exc}\n")
         os._exit(2)
@@ -214,6 +217,15 @@ if __name__ == "__main__":
         errorfile.reserve()
     if not kept_ignored(signal.SIGTERM):
         signal.signal(signal.SIGTERM, _stopped_as_it_starts)  # until `main` puts the default back
+    try:  # torch's own imports read its environment (TORCH_LOGS=bogus: a 50-line traceback)
+        import torch.distributed
+    except Exception as exc:  # (the seventy-fourth round): one line, as the command's
+        from pipeplan.errors import import_failure
+
+        if (failure := import_failure(exc)) is None:
+            raise
+        sys.stderr.write(f"pipeplan: error: {named_rank()}{failure}\n")
+        os._exit(2)  # bad input, as every refusal of the environment
 
 import argparse
 import contextlib

@@ -40,6 +40,7 @@ from pipeplan.errors import (
     Interrupted,
     PipeplanError,
     excerpt,
+    import_failure,
     quoted,
 )
 from pipeplan.fileio import claims_released
@@ -100,6 +101,10 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
             if len(message := str(exc)) > log.MAX_LINE:
                 exc.args = (log.bounded(message),)
             raise
+        except Exception as exc:  # a library's import its environment failed: the line's error
+            if (failure := import_failure(exc)) is None:
+                raise
+            raise failure from None
 
     return call
 

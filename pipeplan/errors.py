@@ -175,6 +175,56 @@ def memory_failure(exc: BaseException) -> PipeplanError | None:
     )
 
 
+# The environment variables each library reads as it is imported, by their names' starts.
+_LIBRARY_VARIABLES = {
+    "torch": ("TORCH", "PYTORCH", "CUDA", "NCCL", "GLOO"),
+    "matplotlib": ("MPL",),
+    "huggingface_hub": ("HF_", "HUGGINGFACE"),
+    "transformers": ("TRANSFORMERS", "HF_"),
+    "numpy": ("NPY", "NUMPY"),
+    "scipy": ("SCIPY",),
+}
+
+
+def import_failure(exc: BaseException) -> PipeplanError | None:
+    """The one-line error an exception raised by an installed library's own code as it was
+    imported is (a module's top-level code, `<module>`: where libraries read their
+    environment variables), or None. Found by the seventy-fourth round: `TORCH_LOGS=bogus`,
+    `TORCH_DISTRIBUTED_DEBUG=bogus`, `PYTORCH_JIT=abc` or `MPLBACKEND=bogus` were a Python
+    traceback and exit 1, and `HF_HUB_ETAG_TIMEOUT=abc` "cannot build the model from its
+    config". The variables set that the library reads (by their names' starts) are named.
+
+        import_failure(ValueError("Invalid log settings: bogus"))   # raised in torch/_logging
+        # PipeplanError("the environment: importing torch failed (Invalid log settings: …);
+        #  it reads TORCH_LOGS='bogus': unset it or give it a value torch takes")
+    """
+    import os
+    import sysconfig
+
+    if isinstance(exc, PipeplanError | KeyboardInterrupt | MemoryError):
+        return None
+    installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    folders = tuple(os.path.join(os.path.realpath(p), "") for p in installed)
+    library = None
+    tb = exc.__traceback__
+    while tb is not None:  # the innermost top-level code of a library's module
+        code = tb.tb_frame.f_code
+        file = os.path.realpath(code.co_filename)
+        if code.co_name == "<module>" and file.startswith(folders):
+            library = next(file[len(f) :].split(os.sep)[0] for f in folders if file.startswith(f))
+        tb = tb.tb_next
+    if library is None:
+        return None
+    library = library.removesuffix(".py")
+    starts = _LIBRARY_VARIABLES.get(library, (library.upper(),))
+    named = [k for k in sorted(os.environ) if k.startswith(starts)]
+    said = " ".join(f"{k}={quoted(os.environ[k], 60)}" for k in named[:4])
+    more = f" and {len(named) - 4} more" if len(named) > 4 else ""
+    reads = f"; it reads {said}{more}: unset it or give it a value {library} takes" if named else ""
+    reason = excerpt(" ".join(str(exc).split())) or type(exc).__name__
+    return PipeplanError(f"the environment: importing {library} failed ({reason}){reads}")
+
+
 def tempdir_failure(exc: BaseException) -> PipeplanError | None:
     """The one-line error `tempfile`'s "No usable temporary directory found in [...]" is, or
     None: it tries to write a few bytes in each folder it knows, and says nothing of why none

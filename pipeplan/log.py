@@ -478,3 +478,31 @@ def bound_console_size() -> None:
 MIN_COLUMNS = 20
 # The tallest console rich is told of (it lays out nothing by it here; only a bound).
 MAX_LINES = 100_000
+
+
+# The log levels torch's C++ side (`TORCH_CPP_LOG_LEVEL`, any case, or 0-3) and transformers
+# (`TRANSFORMERS_VERBOSITY`, lower case) take from the environment.
+_LIBRARY_LEVELS = {
+    "TORCH_CPP_LOG_LEVEL": ("INFO", "WARNING", "ERROR", "FATAL", "0", "1", "2", "3"),
+    "TRANSFORMERS_VERBOSITY": ("detail", "debug", "info", "warning", "error", "critical"),
+}
+
+
+def check_library_log_levels() -> None:
+    """A log level of torch's or transformers' that they cannot read is one error line, not
+    their own unprefixed line on the console before pipeplan's (the seventy-fourth round:
+    `TORCH_CPP_LOG_LEVEL=bogus`, `TRANSFORMERS_VERBOSITY=bogus` said so and went on). `cli`
+    calls it before any command, a torchrun rank as it starts.
+
+        check_library_log_levels()   # TRANSFORMERS_VERBOSITY=loud: BadArgumentError
+    """
+    from pipeplan.errors import BadArgumentError, quoted
+
+    for name, levels in _LIBRARY_LEVELS.items():
+        given = os.environ.get(name, "")
+        value = given.upper() if name == "TORCH_CPP_LOG_LEVEL" else given
+        if given and value not in levels:
+            raise BadArgumentError(
+                f"the environment: {name}={quoted(given, 60)} is no level it takes "
+                f"({', '.join(levels)}); unset it or give one of them"
+            )

@@ -53,6 +53,7 @@ from pipeplan.errors import (
     PipeplanError,
     UnknownModelError,
     excerpt,
+    import_failure,
     memory_failure,
     quoted,
     tempdir_failure,
@@ -690,7 +691,8 @@ def _building(name: str) -> Iterator[None]:
     except PipeplanError:
         raise
     except Exception as exc:
-        if (failure := memory_failure(exc) or tempdir_failure(exc)) is not None:
+        failure = memory_failure(exc) or tempdir_failure(exc) or import_failure(exc)
+        if failure is not None:
             raise failure from None  # not the config's fault
         reason = _first(exc)
         raise InputFileError(f"{name}: cannot build the model from its config ({reason})") from None

@@ -292,6 +292,58 @@ def test_an_openmp_variable_libgomp_refuses_is_one_error_line(
         assert "no-run" in lines[0] and "environment" not in lines[0], lines
 
 
+PROFILE_ONE = ["profile", "bert-synth", "--repeats", "1", "--warmup", "0"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "variable, value, args, said",
+    [
+        ("TORCH_LOGS", "bogus", PROFILE_ONE, "importing torch failed (Invalid log settings: "),
+        ("PYTORCH_JIT", "abc", PROFILE_ONE, "importing torch failed (Unknown setting of "),
+        ("HF_HUB_ETAG_TIMEOUT", "abc", PROFILE_ONE, "importing huggingface_hub failed ("),
+        ("MPLBACKEND", "bogus", [*PREVIEW, "--plot", "plots"], "importing matplotlib failed ("),
+        ("TORCH_CPP_LOG_LEVEL", "bogus", ["models"], "TORCH_CPP_LOG_LEVEL='bogus' is no level"),
+        ("TRANSFORMERS_VERBOSITY", "loud", ["models"], "TRANSFORMERS_VERBOSITY='loud' is no "),
+    ],
+)
+def test_a_librarys_variable_it_cannot_read_is_one_error_line(
+    tmp_path, monkeypatch, variable, value, args, said
+):
+    """Found by the seventy-fourth round: a library's own variable it cannot read as it is
+    imported (`TORCH_LOGS=bogus`, `PYTORCH_JIT=abc`, `MPLBACKEND=bogus`) was a Python
+    traceback of 40 to 105 lines and exit 1, `HF_HUB_ETAG_TIMEOUT=abc` "bert-synth: cannot
+    build the model from its config", and a log level torch's C++ side or transformers cannot
+    read their own bare line before the command went on. One line, naming the variable, and
+    exit 2; nothing written."""
+    monkeypatch.setenv(variable, value)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = command([*args, "--out", "p.json"] if args is PROFILE_ONE else args)
+    lines = err.splitlines()
+    assert code == 2 and len(lines) == 1, err[-3000:]
+    assert lines[0].startswith(f"pipeplan: error: the environment: {said}"), lines
+    assert f"{variable}={value!r}" in lines[0] and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(120)
+def test_a_torchrun_rank_whose_torch_cannot_read_its_variable_says_one_line(tmp_path):
+    """The seventy-fourth round's `TORCH_LOGS=bogus`, in a torchrun rank: torch's traceback
+    as the rank imported it; the rank's one line and exit 2, before it reads its run."""
+    env = {**os.environ, "TORCH_LOGS": "bogus", "RANK": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "executor.launch", str(tmp_path / "no-run")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith(
+        "pipeplan: error: rank 1: the environment: importing torch failed (Invalid log "
+    ) and lines[0].endswith("it reads TORCH_LOGS='bogus': unset it or give it a value torch takes")
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "environment",

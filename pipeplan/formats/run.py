@@ -159,8 +159,8 @@ def check_run_name(name: str) -> str:
         # Shown whole up to a run name's length and a little more: not a line of megabytes.
         shown = repr(name) if len(name) <= 140 else quoted(name, 20)
         raise ValueError(
-            f"{shown}: use up to 128 letters, digits, '.', '_' and '-', starting with a letter "
-            "or digit (a folder name, not a path)"
+            f"{shown}: use up to 128 ASCII letters (a-z, A-Z), digits, '.', '_' and '-', "
+            "starting with a letter or digit (a folder name, not a path)"
         )
     return name
 
