@@ -51,28 +51,23 @@ def test_a_command_run_under_a_profiler_lets_it_write_its_report(tmp_path):
     the command ended in `os._exit`, past the code that writes it. Under a profiler or
     tracer it ends through the interpreter's exit (whose status the tool then gives)."""
     out = tmp_path / "prof.out"
-    done = subprocess.run(
-        [sys.executable, "-m", "cProfile", "-o", str(out), str(ROOT / "cli.py"), "models"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=100,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "vit-digits" in done.stdout  # the command ran
-    assert "entry" in str(pstats.Stats(str(out)).stats)
-    # The seventy-fourth round: a refused command exited 0 so (cProfile's runner takes the
-    # SystemExit for the program's end); its status is the command's, after the report.
-    out.unlink()
-    refused = subprocess.run(
-        [sys.executable, "-m", "cProfile", "-o", str(out), str(ROOT / "cli.py"), "preview"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=100,
-    )
-    assert refused.returncode == 2 and refused.stderr.startswith("pipeplan: error:"), refused
-    assert "entry" in str(pstats.Stats(str(out)).stats)
+    for command, status in (("models", 0), ("preview", 2)):
+        # The seventy-fourth round: a refused command exited 0 so (cProfile's runner takes
+        # the SystemExit for the program's end); its status is the command's, after the report.
+        done = subprocess.run(
+            [sys.executable, "-m", "cProfile", "-o", str(out), str(ROOT / "cli.py"), command],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=100,
+        )
+        assert done.returncode == status, done.stderr
+        if status == 0:
+            assert "vit-digits" in done.stdout  # the command ran
+        else:
+            assert done.stderr.startswith("pipeplan: error:"), done.stderr
+        assert "entry" in str(pstats.Stats(str(out)).stats)
+        out.unlink()
 
 
 def test_profile_writes_a_profile_valid_against_the_printed_schema(tmp_path, capsys):

@@ -24,6 +24,24 @@ needs_sklearn = pytest.mark.skipif(
 )
 
 
+# The end of a data module's `load` in the tests of which modules are the data's: two sets of
+# four zero images.
+SETS = (
+    "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
+    "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+)
+
+
+def _loaded_helpers(monkeypatch, folder: Path, module: str, *others: str) -> list[Path]:
+    """`module:load` (a file of `folder`, put first on sys.path) loaded afresh, `others`
+    taken out of sys.modules first: the user's modules data.json would record with it."""
+    monkeypatch.syspath_prepend(str(folder))
+    for name in (module, *others):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    D._load_user(f"{module}:load", 0)
+    return D.helper_files(f"{module}:load")
+
+
 @pytest.fixture(scope="module")
 def vit():
     return models.build("vit-digits")
@@ -609,8 +627,7 @@ def test_a_module_of_the_folder_imported_for_other_code_is_not_the_datas(tmp_pat
         "def load(seed=0):\n"
         "    importlib.import_module('rt70_late')\n"
         "    rt70_lib.find('rt70_pickled')\n"
-        "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
-        "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+        f"{SETS}"
     )
     monkeypatch.syspath_prepend(str(lib))
     monkeypatch.syspath_prepend(str(data))
@@ -677,8 +694,7 @@ def test_a_helper_imported_from_a_thread_or_from_code_of_no_module_is_the_datas(
         "    path = str(HERE / 'rt72_compiled.py')\n"
         "    exec(compile(open(path).read(), path, 'exec'), {})\n"
         "    rt72_meanwhile()\n"
-        "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
-        "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+        f"{SETS}"
     )
     monkeypatch.syspath_prepend(str(data))
     for name in ("rt72_data", "rt72_pooled", "rt72_execd", "rt72_bypath", "rt72_runpy"):
@@ -733,8 +749,7 @@ def test_a_thread_that_was_there_before_the_data_ran_imports_for_its_own_code(
         "from torch.utils.data import TensorDataset\n"
         "def load(seed=0):\n"
         "    rt73_meanwhile()\n"  # the caller's thread imports, as the data loads
-        "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
-        "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+        f"{SETS}"
     )
     go = threading.Event()
     callers = threading.Thread(
@@ -788,15 +803,12 @@ def test_a_helper_imported_only_in_a_forked_child_is_the_datas(tmp_path, monkeyp
         "        import rt74_forked\n"
         "        os._exit(0)\n"
         "    os.waitpid(child, 0)\n"
-        "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
-        "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+        f"{SETS}"
     )
-    monkeypatch.syspath_prepend(str(data))
-    for name in ("rt74_data", "rt74_pooled", "rt74_pooled2", "rt74_forked", "rt74_unused"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    D._load_user("rt74_data:load", 0)
+    others = ("rt74_pooled", "rt74_pooled2", "rt74_forked", "rt74_unused")
+    helpers = _loaded_helpers(monkeypatch, data, "rt74_data", *others)
     assert "rt74_pooled" not in sys.modules  # imported by the children alone
-    assert D.helper_files("rt74_data:load") == [
+    assert helpers == [
         data / "rt74_forked.py",
         data / "rt74_pooled.py",
         data / "rt74_pooled2.py",
@@ -848,8 +860,7 @@ def test_a_forked_childs_report_is_whole_or_the_data_is_refused(tmp_path, monkey
         "        with multiprocessing.get_context('fork').Pool(1) as pool:\n"
         "            assert pool.map(make, range(2)) == [1, 2]\n"
         "        tempfile.tempdir = old\n"
-        "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
-        "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+        f"{SETS}"
     )
     monkeypatch.syspath_prepend(str(data))
     for name in ("rt74_forks", "rt74_late", "rt74_settings"):
@@ -1048,14 +1059,10 @@ def test_helpers_linked_into_the_datas_folder_are_recorded_by_their_place(tmp_pa
         "from torch.utils.data import TensorDataset\n"
         "def load(seed=0):\n"
         "    import rt68_helper, rt68_lib.h2, rt68_np\n"
-        "    x, y = torch.zeros(4, 1, 8, 8), torch.arange(4) % 2\n"
-        "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+        f"{SETS}"
     )
-    monkeypatch.syspath_prepend(str(data))
-    for name in ("rt68_rec", "rt68_helper", "rt68_lib", "rt68_lib.h2", "rt68_np"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    D._load_user("rt68_rec:load", 0)
-    assert D.helper_files("rt68_rec:load") == [
+    others = ("rt68_helper", "rt68_lib", "rt68_lib.h2", "rt68_np")
+    assert _loaded_helpers(monkeypatch, data, "rt68_rec", *others) == [
         data / "rt68_helper.py",
         data / "rt68_lib" / "__init__.py",
         data / "rt68_lib" / "h2.py",
