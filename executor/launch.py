@@ -311,6 +311,7 @@ from pipeplan.cluster import HostRanks, size_text
 from pipeplan.costmodel import check_priced_clusters
 from pipeplan.errors import (
     BadArgumentError,
+    BadEnvironmentError,
     InputFileError,
     Interrupted,
     OutputError,
@@ -1211,6 +1212,8 @@ def main(argv: list[str] | None = None) -> None:
             if not ours:  # under torchrun: one line of ours after torch's traceback
                 pipeplan_log.error(f"rank {rank}: {report.message}", console)
             code = faults.exit_code(report)
+            if isinstance(exc, BadEnvironmentError):  # bad input, as the command says it
+                code = 2
         for stream in (sys.stdout, sys.stderr, console):
             stream.flush()
         remove_own_caches()  # after the report, whose time names the rank that failed first

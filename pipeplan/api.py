@@ -47,6 +47,7 @@ from pipeplan.fileio import claims_released
 from pipeplan.formats import RunConfig
 from pipeplan.formats.base import MAX_TEXT, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
+from pipeplan.openmp import check_openmp_environment
 from pipeplan.options import Option, build, check_needs, model_needs, model_options
 
 if TYPE_CHECKING:
@@ -91,6 +92,11 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
             ):
                 if not log.configured():  # the caller has not set up logging
                     log.setup()
+                # The environment checked as the command checks it before any command (the
+                # seventy-fifth round: a bad OMP_NUM_THREADS or TRANSFORMERS_VERBOSITY was
+                # the library's own line, and the call went on).
+                check_openmp_environment()
+                log.check_library_log_levels()
                 return command(*args, **kwargs)
         except KeyboardInterrupt:
             raise Interrupted from None
@@ -320,11 +326,17 @@ def _value(option: Option, value: Any) -> Any:
     dimensions = getattr(value, "ndim", 0)  # numpy's, torch's; another object's may be anything
     array = type(dimensions) is int and dimensions >= 1 and hasattr(value, "tolist")
     sequence = isinstance(value, list | tuple) or array
+    if sequence and option.spelling in TEXT_LISTS:  # `freeze_schedule=[0, 3]`, as "0,3"
+        items = value.tolist() if array else value
+        if array:
+            _refuse_odd_dtype(value, option.spelling, "whole numbers")
+        value = ",".join(str(_item(v, option.spelling)) for v in items)
+        sequence = array = False
     if sequence and not _is_list(option):
         # One value's option: `collective_timeout=np.array([5.0])` was told "expected whole
         # numbers", a list option's words (the seventy-second round).
         try:
-            shown = excerpt(repr(value))
+            shown = _shown(value)
         except Exception:  # a repr of the user's that fails
             shown = f"a {excerpt(type(value).__name__)}"
         raise BadArgumentError(
@@ -455,7 +467,15 @@ def _unwrapped(value: Any, spelling: str, wanted: str) -> Any:
         if not (getattr(value, "ndim", None) == 0 and hasattr(value, "item")):
             break
         _refuse_odd_dtype(value, spelling, wanted)
-        value = value.item()  # (torch warned of a tensor that requires grad: fiftieth round)
+        import numpy as np  # (here: what holds a value is numpy's or torch's, loaded already)
+
+        if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
+            # a missing value: `.item()` read the data under its mask (the seventy-fifth round)
+            raise BadArgumentError(f"{spelling}: {_shown(value)} is masked; give {wanted}")
+        held = value.item()  # (torch warned of a tensor that requires grad: fiftieth round)
+        if isinstance(held, np.longdouble | np.clongdouble):  # its .item() is itself
+            held = complex(held) if isinstance(held, np.clongdouble) else float(held)
+        value = held
     else:
         value = given  # still wrapped: refused below as what it holds
     if value is given:
@@ -467,13 +487,23 @@ def _unwrapped(value: Any, spelling: str, wanted: str) -> Any:
         return value
     if not isinstance(value, numbers.Number | str | bytes | bytearray | memoryview | PurePath):
         raise BadArgumentError(
-            f"{spelling}: {quoted(given)} holds a {excerpt(type(value).__name__)}; give {wanted}"
+            f"{spelling}: {_shown(given)} holds a {excerpt(type(value).__name__)}; give {wanted}"
         )
     return value
 
 
 # The most 0-d arrays a value may be held in, one in another (an object array's).
 _MOST_WRAPPED = 8
+
+
+# Options whose text is a list of whole numbers ("0,0,3") and whose API value may be a list.
+TEXT_LISTS = ("--freeze-schedule",)
+
+
+def _shown(value: Any) -> str:
+    """A value's repr on one line, cut as `excerpt` cuts (an array's or a tensor's spans
+    lines: the seventy-fifth round's two-line errors)."""
+    return excerpt(" ".join(repr(value).split()))
 
 
 def _refuse_odd_dtype(value: Any, spelling: str, wanted: str) -> None:
@@ -483,7 +513,7 @@ def _refuse_odd_dtype(value: Any, spelling: str, wanted: str) -> None:
     dtype = getattr(value, "dtype", None)
     if getattr(dtype, "kind", None) in ("m", "M", "V"):
         raise BadArgumentError(
-            f"{spelling}: {quoted(value)} is of numpy's {excerpt(str(dtype.name))} type; give "
+            f"{spelling}: {_shown(value)} is of numpy's {excerpt(str(dtype.name))} type; give "
             f"{wanted}"
         )
 

@@ -99,6 +99,11 @@ class BadArgumentError(PipeplanError):
     pass
 
 
+class BadEnvironmentError(BadArgumentError):
+    """An environment variable a library cannot read: bad input, exit 2 in a torchrun rank
+    too (`import_failure`, `log.check_library_log_levels`)."""
+
+
 class OutputError(PipeplanError):
     """An output path cannot be written."""
 
@@ -186,13 +191,15 @@ _LIBRARY_VARIABLES = {
 }
 
 
-def import_failure(exc: BaseException) -> PipeplanError | None:
+def import_failure(exc: BaseException) -> BadEnvironmentError | None:
     """The one-line error an exception raised by an installed library's own code as it was
     imported is (a module's top-level code, `<module>`: where libraries read their
     environment variables), or None. Found by the seventy-fourth round: `TORCH_LOGS=bogus`,
     `TORCH_DISTRIBUTED_DEBUG=bogus`, `PYTORCH_JIT=abc` or `MPLBACKEND=bogus` were a Python
     traceback and exit 1, and `HF_HUB_ETAG_TIMEOUT=abc` "cannot build the model from its
-    config". The variables set that the library reads (by their names' starts) are named.
+    config". The variables set that the library reads (by their names' starts) are named,
+    those whose value the error quotes first, the value only of those (the seventy-fifth
+    round: an `HF_TOKEN` was printed whole, and four harmless `HF_*` hid the one at fault).
 
         import_failure(ValueError("Invalid log settings: bogus"))   # raised in torch/_logging
         # PipeplanError("the environment: importing torch failed (Invalid log settings: …);
@@ -217,12 +224,21 @@ def import_failure(exc: BaseException) -> PipeplanError | None:
         return None
     library = library.removesuffix(".py")
     starts = _LIBRARY_VARIABLES.get(library, (library.upper(),))
+    text = str(exc)
     named = [k for k in sorted(os.environ) if k.startswith(starts)]
-    said = " ".join(f"{k}={quoted(os.environ[k], 60)}" for k in named[:4])
-    more = f" and {len(named) - 4} more" if len(named) > 4 else ""
-    reads = f"; it reads {said}{more}: unset it or give it a value {library} takes" if named else ""
-    reason = excerpt(" ".join(str(exc).split())) or type(exc).__name__
-    return PipeplanError(f"the environment: importing {library} failed ({reason}){reads}")
+    secret = ("TOKEN", "KEY", "SECRET", "PASSWORD")  # never shown, whatever the error quotes
+    shown = [k for k in named if not any(part in k for part in secret)]
+    quoting = [k for k in shown if os.environ[k] and (os.environ[k] in text or k in text)]
+    reason = excerpt(" ".join(text.split())) or type(exc).__name__
+    if quoting:
+        said = ", ".join(f"{k}={quoted(os.environ[k], 60)}" for k in quoting[:4])
+        reads = f"; it reads {said}: unset it or give it a value {library} takes"
+    elif named:  # the names alone: a value may be a secret (HF_TOKEN)
+        more = f" and {len(named) - 4} more" if len(named) > 4 else ""
+        reads = f"; of its variables, {', '.join(named[:4])}{more} are set: check them"
+    else:
+        reads = ""
+    return BadEnvironmentError(f"the environment: importing {library} failed ({reason}){reads}")
 
 
 def tempdir_failure(exc: BaseException) -> PipeplanError | None:

@@ -485,6 +485,10 @@ MAX_LINES = 100_000
 _LIBRARY_LEVELS = {
     "TORCH_CPP_LOG_LEVEL": ("INFO", "WARNING", "ERROR", "FATAL", "0", "1", "2", "3"),
     "TRANSFORMERS_VERBOSITY": ("detail", "debug", "info", "warning", "error", "critical"),
+    "HF_HUB_VERBOSITY": ("debug", "info", "warning", "error", "critical"),
+    # torch's C++ switches (c10's `check_env`: anything else is a warning as torch loads)
+    "TORCH_SHOW_CPP_STACKTRACES": ("0", "1"),
+    "TORCH_CUSTOM_TERMINATE": ("0", "1"),
 }
 
 
@@ -496,13 +500,14 @@ def check_library_log_levels() -> None:
 
         check_library_log_levels()   # TRANSFORMERS_VERBOSITY=loud: BadArgumentError
     """
-    from pipeplan.errors import BadArgumentError, quoted
+    from pipeplan.errors import BadEnvironmentError, quoted
 
     for name, levels in _LIBRARY_LEVELS.items():
         given = os.environ.get(name, "")
         value = given.upper() if name == "TORCH_CPP_LOG_LEVEL" else given
         if given and value not in levels:
-            raise BadArgumentError(
-                f"the environment: {name}={quoted(given, 60)} is no level it takes "
+            what = "switch" if levels == ("0", "1") else "level"
+            raise BadEnvironmentError(
+                f"the environment: {name}={quoted(given, 60)} is no {what} it takes "
                 f"({', '.join(levels)}); unset it or give one of them"
             )

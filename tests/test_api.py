@@ -436,6 +436,31 @@ _TIMEDELTA = "is of numpy's timedelta64 type; give"
             {"epochs": _HOLDS_ITSELF},
             "--epochs: a ndarray that holds itself or arrays 8 deep; give a number or text",
         ),
+        # The seventy-fifth round: an array's text over two lines; a masked (missing) value
+        # read as the data under its mask.
+        (
+            "preview",
+            {"epochs": np.array([[1], [2]])},
+            "--epochs: array([[1], [2]]) is a sequence; the option takes one value (a number "
+            "or text)",
+        ),
+        (
+            "preview",
+            {"epochs": torch.tensor([[1], [2]])},
+            "--epochs: tensor([[1], [2]]) is a sequence; the option takes one value (a number "
+            "or text)",
+        ),
+        (
+            "preview",
+            {"epochs": np.ma.array(3, mask=True)},
+            "--epochs: masked_array(data=--, mask=True, fill_value=999999, dtype=int64) is "
+            "masked; give a number or text",
+        ),
+        (
+            "preview",
+            {"freeze_schedule": [0, True]},
+            "--freeze-schedule: True is a switch's value; give whole numbers",
+        ),
     ],
 )
 def test_a_value_held_in_a_0d_array_is_checked_as_the_value_typed(
@@ -475,6 +500,14 @@ def test_a_value_held_in_a_0d_array_is_checked_as_the_value_typed(
         ({"profile": PROFILE}, {"profile": _held(Path(PROFILE))}),
         ({"out": "p.json"}, {"out": np.array("p.json")}),
         ({"out": "p.json"}, {"out": np.str_("p.json")}),
+        # The seventy-fifth round: numpy's long double was "holds itself 8 deep"; a freeze
+        # schedule given as a list "is a sequence" (its text is a list: "0,0,3").
+        ({"alpha": 0.5}, {"alpha": np.longdouble(0.5)}),
+        ({"freeze_schedule": "0,1,2", "epochs": 3}, {"freeze_schedule": [0, 1, 2], "epochs": 3}),
+        (
+            {"freeze_schedule": "0,1,2", "epochs": 3},
+            {"freeze_schedule": np.array([0, 1, 2]), "epochs": 3},
+        ),
     ],
 )
 def test_a_value_held_in_a_0d_array_is_taken_as_the_value_typed(tmp_path, monkeypatch, typed, held):
@@ -490,6 +523,23 @@ def test_a_value_held_in_a_0d_array_is_taken_as_the_value_typed(tmp_path, monkey
             assert (tmp_path / "p.json").read_text() == plans[-1]
             (tmp_path / "p.json").unlink()
     assert plans[0] == plans[1]
+
+
+@pytest.mark.parametrize(
+    "variable, value, said",
+    [
+        ("TRANSFORMERS_VERBOSITY", "bogus", "the environment: TRANSFORMERS_VERBOSITY='bogus'"),
+        ("OMP_NUM_THREADS", "0", "the environment: libgomp: Invalid value for environment"),
+    ],
+)
+def test_a_call_checks_the_environment_as_the_command_does(monkeypatch, variable, value, said):
+    """Found by the seventy-fifth round: the command refuses a variable torch's OpenMP or a
+    library cannot read before any command, in one line; a call printed the library's own
+    line and went on (a run's ranks wrote it into their logs)."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(PipeplanError) as refused:
+        pipeplan.preview(profile=PROFILE)
+    assert str(refused.value).startswith(said), refused.value
 
 
 class _LoudFloat(float):

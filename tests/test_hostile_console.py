@@ -326,22 +326,60 @@ def test_a_librarys_variable_it_cannot_read_is_one_error_line(
 
 
 @pytest.mark.timeout(120)
-def test_a_torchrun_rank_whose_torch_cannot_read_its_variable_says_one_line(tmp_path):
+def test_the_environment_line_names_the_variable_at_fault_and_no_secret(tmp_path, monkeypatch):
+    """Found by the seventy-fifth round: the line quoted every variable of the library's set,
+    the first four: an `HF_TOKEN` printed whole (and written to a rank's log), and four
+    harmless `HF_*` hid the one at fault. The one the error quotes is named with its value;
+    a token's value never."""
+    for name, value in (("HF_HOME", str(tmp_path)), ("HF_ENDPOINT", "https://hf.example")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_abc")
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "abc")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = command([*PROFILE_ONE, "--out", "p.json"])
+    assert code == 2 and err.count("\n") == 1, err[-3000:]
+    assert "it reads HF_HUB_ETAG_TIMEOUT='abc': unset it" in err and "secret" not in err, err
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    "variable, value", [("TORCH_LOGS", "bogus"), ("HF_HUB_ETAG_TIMEOUT", "abc")]
+)
+def test_a_torchrun_rank_whose_library_cannot_read_its_variable_says_one_line(
+    tmp_path, capsys, variable, value
+):
     """The seventy-fourth round's `TORCH_LOGS=bogus`, in a torchrun rank: torch's traceback
-    as the rank imported it; the rank's one line and exit 2, before it reads its run."""
-    env = {**os.environ, "TORCH_LOGS": "bogus", "RANK": "1", "PYTHONPATH": str(ROOT)}
+    as the rank imported it; the rank's one line and exit 2, before it reads its run. By the
+    seventy-fifth, a variable read as the rank builds its model (`HF_HUB_ETAG_TIMEOUT=abc`,
+    huggingface_hub's) was the one line but exit 1, a failure's code, not bad input's."""
+    from pipeplan.fileio import release_directory
+    from pipeplan.spawn import free_port
+
+    run = tmp_path / "r"
+    if variable != "TORCH_LOGS":  # read as the model is built: a run to build it for
+        argv = ["run", "--model", "vit-digits", "--nproc", "1", "--epochs", "1", "--name", "r"]
+        assert cli.main([*argv, "--runs-dir", str(tmp_path), "--prepare-only"]) == 0
+        capsys.readouterr()
+        release_directory(run)
+    env = {k: v for k, v in os.environ.items() if k != "PIPEPLAN_LAUNCHER_PID"}
+    env.update({variable: value, "PYTHONPATH": str(ROOT), "MASTER_PORT": str(free_port())})
+    env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    env["MASTER_ADDR"] = "127.0.0.1"
     done = subprocess.run(
-        [sys.executable, "-m", "executor.launch", str(tmp_path / "no-run")],
+        [sys.executable, "-m", "executor.launch", str(run)],
         env=env,
         capture_output=True,
         text=True,
-        timeout=100,
+        timeout=150,
     )
     lines = done.stderr.splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+    library = "torch" if variable == "TORCH_LOGS" else "huggingface_hub"
     assert lines[0].startswith(
-        "pipeplan: error: rank 1: the environment: importing torch failed (Invalid log "
-    ) and lines[0].endswith("it reads TORCH_LOGS='bogus': unset it or give it a value torch takes")
+        f"pipeplan: error: rank 0: the environment: importing {library} failed ("
+    ), lines
+    assert lines[0].endswith(f"{variable}={value!r}: unset it or give it a value {library} takes")
 
 
 @pytest.mark.timeout(120)
