@@ -28,11 +28,14 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
 import sys
 import tempfile
 from collections.abc import Sequence
 from typing import Any
+
+from pipeplan.spawn import OWNER_TAG, owner_gone, owner_tag
 
 # The most of one child's report read (a line is a name and two paths, each written once): a
 # child that imports without end fills no memory of its forker's, and is said (`problem`).
@@ -88,8 +91,18 @@ def _made() -> str | None:
 
 
 def _folder() -> str:
-    """This process's folder's name (made by `_made`)."""
-    return os.path.join(_BASE, f"pipeplan-imports-{os.getpid()}-{_TOKEN}")
+    """This process's folder's name (made by `_made`), after its maker (`spawn.owner_tag`):
+    one a process left that ended without collecting it (killed, stopped) is removed by the
+    next pipeplan command that starts ranks (`spawn._remove_left_scratch`)."""
+    if _NAMED.get("pid") != os.getpid():
+        owner = owner_tag() or str(os.getpid())
+        _NAMED.update(
+            pid=os.getpid(), folder=os.path.join(_BASE, f"pipeplan-imports-{owner}-{_TOKEN}")
+        )
+    return _NAMED["folder"]
+
+
+_NAMED: dict[str, Any] = {}  # `_folder`'s, for the process that named it
 
 
 def _said(problem: str) -> None:
@@ -154,6 +167,9 @@ def _write(folder: str, line: bytes) -> None:
     that is there then: the forker reads one under its lock and removes it before letting go
     (`_take`), and a child that was waiting writes to a new one."""
     path = os.path.join(folder, f"{os.getpid()}.jsonl")
+    owner = re.match(rf"pipeplan-imports-({OWNER_TAG})-", os.path.basename(folder))
+    if owner is not None and owner_gone(owner[1]):
+        return  # its forker is gone (a child that outlived the run): nobody reads it
     for _ in range(8):  # (the forker removed the file, or the folder, between two steps)
         os.makedirs(folder, mode=0o700, exist_ok=True)
         try:

@@ -2885,6 +2885,7 @@ RANK_STATE = frozenset(
         "executor.cache._MADE",
         "executor.childimports._REPORTS_FOLDER",
         "executor.childimports._FORKING_TO",
+        "executor.childimports._NAMED",
         "executor.childimports._FOUND",
         "executor.childimports._PROBLEMS",
         "executor.childimports._REPORT_TO",

@@ -153,9 +153,10 @@ def owner_gone(tag: str) -> bool:
 
 # A scratch folder of a command's ranks in TMPDIR (`scratch_directory`): its kind, then its
 # maker (`owner_tag`), then tempfile's random part.
-_SCRATCH = re.compile(rf"pipeplan-(?:ranks|links)-({OWNER_TAG})-[a-z0-9_]+")
-# What the ranks write there: each rank's stderr (`_orphan_proof`) and the link measurement.
-_SCRATCH_FILES = re.compile(r"rank-\d+\.err|links\.json")
+_SCRATCH = re.compile(rf"pipeplan-(?:ranks|links|imports)-({OWNER_TAG})-[a-z0-9_]+")
+# What the ranks write there: each rank's stderr (`_orphan_proof`) and the link measurement;
+# and what a data's forked child reports to its forker (`executor.childimports`).
+_SCRATCH_FILES = re.compile(r"rank-\d+\.err|links\.json|\d+\.jsonl|failed-\d+")
 
 
 @contextlib.contextmanager
@@ -327,7 +328,10 @@ def run_ranks(
     They die with this process, however it dies (`die_with_parent`), and do not run the
     caller's main script (`_main_not_run_again`)."""
     with scratch_directory("ranks") as said:
-        _run_held(nproc, (os.getpid(), said, fn, *args), deadline_s, what, Path(said))
+        try:
+            _run_held(nproc, (os.getpid(), said, fn, *args), deadline_s, what, Path(said))
+        finally:  # a rank killed or stopped left its forked children's reports (its folder)
+            _remove_left_scratch()
 
 
 def _run_held(nproc: int, args: tuple, deadline_s: float, what: str, said: Path) -> None:

@@ -870,6 +870,7 @@ def test_a_forked_childs_report_is_whole_or_the_data_is_refused(tmp_path, monkey
         (tmp_path / "a file").write_text("")
         monkeypatch.setattr(childimports, "_BASE", str(tmp_path / "a file"))
         monkeypatch.setattr(childimports, "_REPORTS_FOLDER", [])
+        monkeypatch.setattr(childimports, "_NAMED", {})
     D._load_user("rt74_forks:load", 0)
     try:
         if case in ("cannot write", "no folder"):
@@ -886,6 +887,38 @@ def test_a_forked_childs_report_is_whole_or_the_data_is_refused(tmp_path, monkey
             ]
     finally:
         childimports.forget()
+
+
+def test_a_forker_that_ended_without_collecting_leaves_no_reports(tmp_path, monkeypatch):
+    """Found by the seventy-fifth round: a rank killed or stopped while its data's forked
+    child had reported left its reports' folder in TMPDIR for good, and a child that
+    outlived its run made the folder again as it imported. The folder is named after its
+    maker (`spawn.owner_tag`): the next command that starts ranks removes one whose maker is
+    gone, and a child of a gone maker writes nothing."""
+    import subprocess
+    import tempfile
+
+    from executor import childimports
+    from pipeplan.spawn import _remove_left_scratch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made = (
+        "import os\n"
+        "from executor import childimports\n"
+        "folder = childimports._made()\n"
+        "open(os.path.join(folder, '123.jsonl'), 'w').write('[]\\n')\n"
+        "print(folder)\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", made], env=env, capture_output=True, text=True, timeout=100
+    )
+    folder = done.stdout.strip()
+    assert Path(folder, "123.jsonl").is_file(), done.stderr  # its maker ended, killed or not
+    _remove_left_scratch()
+    assert list(tmp_path.iterdir()) == []
+    childimports._write(folder, b'["late", null, "/x/late.py"]\n')  # a child outliving it
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_childs_reports_are_all_read_while_it_writes_and_the_forker_reads(monkeypatch):
