@@ -5742,10 +5742,18 @@ _IMPORTED_FILES: dict[str, dict[str, tuple]] = {}
 _RECORDED_AT: dict[str, int] = {}  # when each was recorded (time.time_ns, a file's clock)
 
 
+def _record_key(target: str) -> str:
+    """What `_IMPORTED_FILES` knows a data target by: a data file by the file it names, however
+    spelled (the seventy-fifth round: `mydata.py:load`, then `/abs/mydata.py:load` after a
+    helper's edit, ran the old helper in the launcher and the new in the ranks)."""
+    return str(Path(target).resolve()) if names_a_file(target) else target
+
+
 def _remember_files(target: str, spec: str) -> None:
     """Record the user's modules in sys.modules now, with their files' states, for `target`."""
-    _RECORDED_AT[target] = time.time_ns()
-    _IMPORTED_FILES[target] = {
+    key = _record_key(target)
+    _RECORDED_AT[key] = time.time_ns()
+    _IMPORTED_FILES[key] = {
         name: file_state(path) for name, path in _user_modules(target, spec).items()
     }
 
@@ -5778,7 +5786,11 @@ def _user_modules(target: str, spec: str) -> dict[str, Path]:
             found[name] = mine
         elif name == target:
             found[name] = Path(where[1])
-    return found
+    # The data's: those its code imported (or that it holds, or whose importer no witness
+    # saw: imported before the first call), not the caller's own, which another call must
+    # not take out (the seventy-fifth round: its state was lost).
+    datas = set(_imported_by_the_data(list(found), _module_name(target), installed))
+    return {name: path for name, path in found.items() if name in datas or name == target}
 
 
 def located(file: str, folders: dict[str, str]) -> tuple[str, str] | None:
@@ -5904,7 +5916,8 @@ def _forget_if_edited(target: str, spec: str) -> None:
     an item read imported: the sixtieth round's, run stale after an edit, as was a sourceless
     .pyc helper): the import that follows reads them as they are now, as a new command's
     would."""
-    files = _IMPORTED_FILES.get(target)
+    key = _record_key(target)
+    files = _IMPORTED_FILES.get(key)
     if files is None:
         return
     now = {
@@ -5913,12 +5926,17 @@ def _forget_if_edited(target: str, spec: str) -> None:
         if type(file := getattr(sys.modules.get(name), "__file__", None)) is str
         and (where := located(file, {})) is not None
     }
-    # Of those that came in since, the ones whose file was written since the record: the
-    # user's program's own modules of that folder stay as they are, unedited.
+    # Of those the data's code imported since (an item read's), the ones whose file was
+    # written since the record: the user's program's own modules of that folder stay as they
+    # are, unedited, and so do those it imported itself (the seventy-fifth round: a caller's
+    # module written and imported between two calls was taken out, its state with it).
+    datas = {*files, *_packages_of(_module_name(target))}
     later = [
         name
         for name, path in _user_modules(target, spec).items()
-        if name not in files and file_state(path)[2:3] > (_RECORDED_AT[target],)
+        if name not in files
+        and _IMPORTED_BY.get(name) in datas
+        and file_state(path)[2:3] > (_RECORDED_AT[key],)
     ]
     # Only those still imported are compared: one taken out since (moved: `_forget_if_moved`)
     # is imported afresh anyway, and took the caller's own modules out with it (the

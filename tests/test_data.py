@@ -1004,6 +1004,42 @@ def test_a_caller_that_moves_to_another_project_gets_that_projects_helpers(tmp_p
     assert not [n for n in mine if n.partition(".")[0] in ("executor", "pipeplan", "cli")]
 
 
+def test_an_edit_is_seen_however_the_file_is_spelled_and_the_callers_module_stays(
+    tmp_path, monkeypatch
+):
+    """Found by the seventy-fifth round: the record of a data file's modules was kept by the
+    text of `--data`, so `mydata.py:load`, then `/abs/mydata.py:load` after its helper was
+    edited, ran the old helper in the launcher (the ranks the new); and a module the caller
+    wrote and imported between two calls, under the data's folder, was taken out with the
+    data's (its state lost)."""
+    import time
+
+    (tmp_path / "rt75_h.py").write_text("N = 4\n")
+    (tmp_path / "rt75_fd.py").write_text(
+        "import torch, rt75_h\n"
+        "from torch.utils.data import TensorDataset\n"
+        "def load(seed=0):\n"
+        "    x, y = torch.zeros(rt75_h.N, 1, 8, 8), torch.arange(rt75_h.N) % 2\n"
+        "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+    )
+    for name in ("rt75_h", "rt75_mine"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert len(D._load_user("rt75_fd.py:load", 0).train) == 4
+    (tmp_path / "rt75_mine.py").write_text("STATE = {}\n")  # the caller's, written now
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import rt75_mine
+
+    sys.path.remove(str(tmp_path))
+    time.sleep(0.01)  # a later modification time
+    (tmp_path / "rt75_h.py").write_text("N = 6\n")
+    assert len(D._load_user(f"{tmp_path}/rt75_fd.py:load", 0).train) == 6
+    assert sys.modules["rt75_mine"] is rt75_mine
+    (tmp_path / "rt75_fd.py").touch()  # the data edited: its modules afresh, the caller's not
+    assert len(D._load_user("./rt75_fd.py:load", 0).train) == 6
+    assert sys.modules["rt75_mine"] is rt75_mine
+
+
 def test_a_call_from_another_directory_imports_that_directorys_module(tmp_path, monkeypatch):
     """Found by the seventy-second round: a Python API caller that ran a call in project x,
     then `os.chdir` to project y (each with its own `mydata.py`) and called again, kept x's
