@@ -5603,6 +5603,17 @@ def imported_file(name: str) -> str | None:
     return None if file is None or file.startswith(_installed_prefixes()) else file
 
 
+def imported_places() -> set[str]:
+    """Where every module imported here, or by a process the data's code forked, was
+    imported from (`os.path.realpath` of its file).
+
+        "/home/me/lib/helper.py" in imported_places()   # imported, under whatever name
+    """
+    files = [getattr(module, "__file__", None) for module in list(sys.modules.values())]
+    files += [file for _, file in childimports.found().values()]
+    return {os.path.realpath(file) for file in files if type(file) is str}
+
+
 def _imported_file(name: str) -> str | None:
     """The .py file of the imported module `name` (here, or in a forked child of the data's:
     `childimports.found` as last read), None where it has none or is pipeplan's own (never

@@ -36,6 +36,7 @@ from executor.data import (
     data_task,
     helper_files,
     imported_file,
+    imported_places,
     is_helper_file,
     is_user_code,
     label_count,
@@ -734,7 +735,10 @@ def check_helpers_kept(run_dir: Path, cfg: RunConfig) -> None:
     name, the module imported here (by where it leads). Found by the seventy-third round: a
     `path/to/mydata.py:load` run resumed from another directory imported that directory's
     `helper.py` (the working directory is where `import helper` looks) in place of the
-    listed one, which was unchanged, so no check saw it, and trained on it, exit 0.
+    listed one, which was unchanged, so no check saw it, and trained on it, exit 0. A listed
+    helper imported here under no name is held, too, to each shorter name it may have been
+    imported by (the seventy-fifth round: `lib/helper.py`, imported as `helper` once the data
+    put lib/ on sys.path, was looked for as `lib.helper`; a PYTHONPATH's `helper` trained).
     InputFileError naming data.json and both files:
 
         check_helpers_kept(run_dir, cfg)   # after build_task, on --resume
@@ -750,19 +754,25 @@ def check_helpers_kept(run_dir: Path, cfg: RunConfig) -> None:
     if len(listed[0].parents) <= depth:
         return
     root = listed[0].parents[depth]  # the folder the run imported its data module from
+    places = None
     for path in listed[1:]:
         if path.suffix != ".py" or root not in path.parents:
             continue
         parts = path.relative_to(root).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        now = imported_file(name)  # here, or by a child the data's code forked
-        if type(now) is str and not _same_file(now, str(path)):
-            raise InputFileError(
-                f"{run_dir / DATA_RECORD}: the run's data module imported '{name}' from "
-                f"{path}, but here (in {Path.cwd()}) it imports {now}; run this command from "
-                "the directory the run was started from, with its PYTHONPATH, or start a new "
-                "run"
-            )
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        names = [".".join(parts)]
+        places = imported_places() if places is None else places
+        if os.path.realpath(path) not in places:
+            names += [".".join(parts[i:]) for i in range(1, len(parts))]
+        for name in names:
+            now = imported_file(name)  # here, or by a child the data's code forked
+            if type(now) is str and not _same_file(now, str(path)):
+                raise InputFileError(
+                    f"{run_dir / DATA_RECORD}: the run's data module imported '{name}' from "
+                    f"{path}, but here (in {Path.cwd()}) it imports {now}; run this command "
+                    "from the directory the run was started from, with its PYTHONPATH, or "
+                    "start a new run"
+                )
 
 
 def check_data_kept(run_dir: Path, manifest: CheckpointManifest, where: Path) -> None:

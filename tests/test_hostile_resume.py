@@ -4178,6 +4178,34 @@ def test_a_helper_only_the_ranks_import_is_held_to_data_json_on_a_resume(
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == kept
 
 
+def test_a_helper_found_through_a_folder_the_data_put_on_the_path_is_held_by_its_name(
+    tmp_path, monkeypatch
+):
+    """Found by the seventy-fifth round: data that put its `lib/` on sys.path and imported
+    `helper` recorded lib/helper.py, which the resume's check looked for as `lib.helper`, a
+    name nothing imports: a resume with a PYTHONPATH holding another `helper` trained on it,
+    exit 0. A listed helper imported here under no name is held to each shorter name."""
+    import types
+
+    from executor.task import check_helpers_kept
+    from pipeplan.formats import DataFile, DataRecord
+    from pipeplan.formats.base import dumps
+
+    mine, other = tmp_path / "a" / "lib" / "rt75_lh.py", tmp_path / "c" / "lib" / "rt75_lh.py"
+    files = [tmp_path / "a" / "rt75_ld.py", mine]
+    record = DataRecord(
+        data=f"{files[0]}:load", files=[DataFile(path=str(f), sha256="0" * 64) for f in files]
+    )
+    (tmp_path / "data.json").write_text(dumps(record))
+    cfg = types.SimpleNamespace(data=f"{files[0]}:load")
+    monkeypatch.setitem(sys.modules, "rt75_lh", types.SimpleNamespace(__file__=str(mine)))
+    check_helpers_kept(tmp_path, cfg)  # the run's own, under its shorter name
+    monkeypatch.setitem(sys.modules, "rt75_lh", types.SimpleNamespace(__file__=str(other)))
+    said = f"imported 'rt75_lh' from {mine}, but here (in {Path.cwd()}) it imports {other}"
+    with pytest.raises(InputFileError, match=re.escape(said)):
+        check_helpers_kept(tmp_path, cfg)
+
+
 def test_a_packages_helpers_are_named_from_the_folder_that_holds_it(tmp_path, monkeypatch):
     """Found by the seventy-fourth round: `--data pkg:load` (its `load` in pkg/__init__.py)
     that imports both ./inner.py and pkg/inner.py was refused on a resume from its own
