@@ -2304,6 +2304,14 @@ def functions_kept(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
     )
 
 
+@cache
+def _own_folders() -> tuple[Path, ...]:
+    """The folders of pipeplan's own packages (OWN_PACKAGES), resolved."""
+    return tuple(
+        Path(importlib.import_module(name).__file__).resolve().parent for name in OWN_PACKAGES
+    )
+
+
 def _planted(before: list[tuple[str, Any, dict[str, Any]]]) -> list[tuple[str, str]]:
     """The functions and classes of user code now at the top level of the modules of
     WIDE_PACKAGES imported as the code ran (not among the owners `before`): (its dotted name,
@@ -2316,7 +2324,10 @@ def _planted(before: list[tuple[str, Any, dict[str, Any]]]) -> list[tuple[str, s
     names imported from another package (`from os import path`) are not. Cheap: only new
     modules, each file looked up once."""
     known = {id(owner) for _, owner, _ in before}
-    installed = _installed_folders()
+    # pipeplan's own packages count as installed code: a checkout's (an editable install's)
+    # are no user's files (the seventy-fifth round: `import executor.demo` in a `load` was
+    # "replaced executor.history.CheckpointManifest … with its own code").
+    installed = [*_installed_folders(), *_own_folders()]
     prefixes = tuple(f"{folder}{os.sep}" for folder in installed)
     files: dict[tuple[str, str], bool] = {}  # (a file, a package): whether the user's
     # (a code's file, its globals' id, a package): whether the user's; the globals are held

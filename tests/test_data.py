@@ -1040,6 +1040,34 @@ def test_an_edit_is_seen_however_the_file_is_spelled_and_the_callers_module_stay
     assert sys.modules["rt75_mine"] is rt75_mine
 
 
+def test_pipeplans_own_modules_a_load_imports_are_not_taken_for_the_users(tmp_path):
+    """Found by the seventy-fifth round: a `load` that imported `executor.demo` (not imported
+    yet) was refused, "the data function replaced executor.history.CheckpointManifest … with
+    its own code": in a checkout (an editable install) pipeplan's own files were taken for
+    the user's. In a process of its own, where nothing of the demo is imported yet."""
+    import subprocess
+
+    (tmp_path / "rt75_demo.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import TensorDataset\n"
+        "def load(seed=0):\n"
+        "    import executor.demo\n"
+        f"{SETS}"
+    )
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from executor import data as D\n"
+        "assert 'executor.demo' not in sys.modules\n"
+        "print(len(D._load_user('rt75_demo:load', 0).train))\n"
+    )
+    root = Path(D.__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0 and done.stdout == "4\n", done.stderr[-3000:]
+
+
 def test_a_call_from_another_directory_imports_that_directorys_module(tmp_path, monkeypatch):
     """Found by the seventy-second round: a Python API caller that ran a call in project x,
     then `os.chdir` to project y (each with its own `mydata.py`) and called again, kept x's
