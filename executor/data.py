@@ -5764,16 +5764,22 @@ _IMPORTED_FILES: dict[str, dict[str, tuple]] = {}
 _RECORDED_AT: dict[str, int] = {}  # when each was recorded (time.time_ns, a file's clock)
 
 
-def _record_key(target: str) -> str:
-    """What `_IMPORTED_FILES` knows a data target by: a data file by the file it names, however
-    spelled (the seventy-fifth round: `mydata.py:load`, then `/abs/mydata.py:load` after a
-    helper's edit, ran the old helper in the launcher and the new in the ranks)."""
-    return str(Path(target).resolve()) if names_a_file(target) else target
+def _record_key(target: str, spec: str) -> str:
+    """What `_IMPORTED_FILES` knows a data target by: the file its code is in (`main_file`),
+    however spelled, module or file (the seventy-fifth round: `mydata.py:load`, then
+    `/abs/mydata.py:load` after a helper's edit, ran the old helper in the launcher and the
+    new in the ranks; the seventy-sixth: `mydata:load`, then `mydata.py:load`); the target's
+    text where no file is found."""
+    try:
+        found = main_file(spec)
+    except Exception:  # a module that fails to be found: its import says why
+        found = None
+    return target if found is None else str(found.resolve())
 
 
 def _remember_files(target: str, spec: str) -> None:
     """Record the user's modules in sys.modules now, with their files' states, for `target`."""
-    key = _record_key(target)
+    key = _record_key(target, spec)
     _RECORDED_AT[key] = time.time_ns()
     _IMPORTED_FILES[key] = {
         name: file_state(path) for name, path in _user_modules(target, spec).items()
@@ -5938,7 +5944,7 @@ def _forget_if_edited(target: str, spec: str) -> None:
     an item read imported: the sixtieth round's, run stale after an edit, as was a sourceless
     .pyc helper): the import that follows reads them as they are now, as a new command's
     would."""
-    key = _record_key(target)
+    key = _record_key(target, spec)
     files = _IMPORTED_FILES.get(key)
     if files is None:
         return

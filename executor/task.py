@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -737,8 +738,10 @@ def check_helpers_kept(run_dir: Path, cfg: RunConfig) -> None:
     `helper.py` (the working directory is where `import helper` looks) in place of the
     listed one, which was unchanged, so no check saw it, and trained on it, exit 0. A listed
     helper imported here under no name is held, too, to each shorter name it may have been
-    imported by (the seventy-fifth round: `lib/helper.py`, imported as `helper` once the data
-    put lib/ on sys.path, was looked for as `lib.helper`; a PYTHONPATH's `helper` trained).
+    imported by, from a folder of the run's on sys.path (the seventy-fifth round:
+    `lib/helper.py`, imported as `helper` once the data put lib/ on sys.path, was looked for
+    as `lib.helper`, and a PYTHONPATH's `helper` trained; the seventy-sixth: `pkg/utils.py`,
+    never imported as `utils`, was refused for the project's own `utils.py`).
     InputFileError naming data.json and both files:
 
         check_helpers_kept(run_dir, cfg)   # after build_task, on --resume
@@ -763,7 +766,12 @@ def check_helpers_kept(run_dir: Path, cfg: RunConfig) -> None:
         names = [".".join(parts)]
         places = imported_places() if places is None else places
         if os.path.realpath(path) not in places:
-            names += [".".join(parts[i:]) for i in range(1, len(parts))]
+            on_path = {os.path.realpath(entry) for entry in sys.path if type(entry) is str}
+            names += [
+                ".".join(parts[i:])
+                for i in range(1, len(parts))
+                if os.path.realpath(root.joinpath(*parts[:i])) in on_path
+            ]
         for name in names:
             now = imported_file(name)  # here, or by a child the data's code forked
             if type(now) is str and not _same_file(now, str(path)):

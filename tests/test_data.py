@@ -1038,6 +1038,10 @@ def test_an_edit_is_seen_however_the_file_is_spelled_and_the_callers_module_stay
     (tmp_path / "rt75_fd.py").touch()  # the data edited: its modules afresh, the caller's not
     assert len(D._load_user("./rt75_fd.py:load", 0).train) == 6
     assert sys.modules["rt75_mine"] is rt75_mine
+    time.sleep(0.01)  # the seventy-sixth round: the same file as a module, after an edit
+    (tmp_path / "rt75_h.py").write_text("N = 8\n")
+    monkeypatch.delitem(sys.modules, "rt75_fd", raising=False)
+    assert len(D._load_user("rt75_fd:load", 0).train) == 8
 
 
 def test_pipeplans_own_modules_a_load_imports_are_not_taken_for_the_users(tmp_path):

@@ -4184,7 +4184,10 @@ def test_a_helper_found_through_a_folder_the_data_put_on_the_path_is_held_by_its
     """Found by the seventy-fifth round: data that put its `lib/` on sys.path and imported
     `helper` recorded lib/helper.py, which the resume's check looked for as `lib.helper`, a
     name nothing imports: a resume with a PYTHONPATH holding another `helper` trained on it,
-    exit 0. A listed helper imported here under no name is held to each shorter name."""
+    exit 0. A listed helper imported here under no name is held to each shorter name it has
+    from a folder of the run's on sys.path; not to one it has from no such folder (the
+    seventy-sixth round: `pkg/utils.py`, never imported as `utils`, was refused for the
+    project's own `utils.py`)."""
     import types
 
     from executor.task import check_helpers_kept
@@ -4201,6 +4204,8 @@ def test_a_helper_found_through_a_folder_the_data_put_on_the_path_is_held_by_its
     monkeypatch.setitem(sys.modules, "rt75_lh", types.SimpleNamespace(__file__=str(mine)))
     check_helpers_kept(tmp_path, cfg)  # the run's own, under its shorter name
     monkeypatch.setitem(sys.modules, "rt75_lh", types.SimpleNamespace(__file__=str(other)))
+    check_helpers_kept(tmp_path, cfg)  # a/lib is on no path here: `rt75_lh` is not it
+    monkeypatch.syspath_prepend(str(mine.parent))  # as the data put it there
     said = f"imported 'rt75_lh' from {mine}, but here (in {Path.cwd()}) it imports {other}"
     with pytest.raises(InputFileError, match=re.escape(said)):
         check_helpers_kept(tmp_path, cfg)
