@@ -5814,10 +5814,20 @@ def _user_modules(target: str, spec: str) -> dict[str, Path]:
             found[name] = mine
         elif name == target:
             found[name] = Path(where[1])
-    # The data's: those its code imported (or that it holds, or whose importer no witness
-    # saw: imported before the first call), not the caller's own, which another call must
-    # not take out (the seventy-fifth round: its state was lost).
-    datas = set(_imported_by_the_data(list(found), _module_name(target), installed))
+    # The data's: those its code imported, and those it holds (one the caller imported first,
+    # before any witness, then the data's `import helper` found), not the caller's own,
+    # which another call must not take out (the seventy-fifth and seventy-sixth rounds: its
+    # state was lost).
+    data_module = _module_name(target)
+    roots = _packages_of(data_module)
+    seen = [n for n in found if n in roots or _importer_of(n) is not _UNKNOWN]
+    datas = set(_imported_by_the_data(seen, data_module, installed)) | (roots & set(found))
+    waiting = list(datas)
+    while waiting:
+        for name in _held_modules(waiting.pop()):
+            if name in found and name not in datas:
+                datas.add(name)
+                waiting.append(name)
     return {name: path for name, path in found.items() if name in datas or name == target}
 
 

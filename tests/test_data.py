@@ -1072,6 +1072,41 @@ def test_pipeplans_own_modules_a_load_imports_are_not_taken_for_the_users(tmp_pa
     assert done.returncode == 0 and done.stdout == "4\n", done.stderr[-3000:]
 
 
+def test_a_callers_module_imported_before_any_call_is_not_the_datas(tmp_path, monkeypatch):
+    """Found by the seventy-sixth round: a module the caller imported before its first call
+    (no witness saw whom for) was counted as the data's, so a later call took it out once
+    its file was edited, or once the caller moved to a project holding one of that name:
+    its state and its classes' identity lost. Such a module is the data's only where the
+    data holds it (its `import helper` found it imported)."""
+    import time
+
+    (tmp_path / "rt76_mine.py").write_text("STATE = {}\n")
+    (tmp_path / "rt76_held.py").write_text("N = 4\n")
+    (tmp_path / "rt76_d.py").write_text(
+        "import torch, rt76_held\n"
+        "from torch.utils.data import TensorDataset\n"
+        "def load(seed=0):\n"
+        "    x, y = torch.zeros(rt76_held.N, 1, 8, 8), torch.arange(rt76_held.N) % 2\n"
+        "    return TensorDataset(x, y), TensorDataset(x, y)\n"
+    )
+    for name in ("rt76_mine", "rt76_held", "rt76_d"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import rt76_held
+    import rt76_mine
+
+    sys.path.remove(str(tmp_path))
+    for name in ("rt76_mine", "rt76_held"):  # as before any call: no witness saw them
+        monkeypatch.delitem(D._IMPORTED_BY, name, raising=False)
+    assert len(D._load_user("rt76_d:load", 0).train) == 4
+    time.sleep(0.01)
+    (tmp_path / "rt76_mine.py").write_text("STATE = {'edited': 1}\n")
+    (tmp_path / "rt76_held.py").write_text("N = 6\n")
+    assert len(D._load_user("rt76_d:load", 0).train) == 6  # the data's, held: afresh
+    assert sys.modules["rt76_mine"] is rt76_mine and sys.modules["rt76_held"] is not rt76_held
+
+
 def test_a_call_from_another_directory_imports_that_directorys_module(tmp_path, monkeypatch):
     """Found by the seventy-second round: a Python API caller that ran a call in project x,
     then `os.chdir` to project y (each with its own `mydata.py`) and called again, kept x's
