@@ -191,6 +191,9 @@ _LIBRARY_VARIABLES = {
 }
 
 
+_INSTALL_FOLDERS = ("site-packages", "dist-packages")
+
+
 def import_failure(exc: BaseException) -> BadEnvironmentError | None:
     """The one-line error an exception raised by an installed library's own code as it was
     imported is (a module's top-level code, `<module>`: where libraries read their
@@ -210,7 +213,13 @@ def import_failure(exc: BaseException) -> BadEnvironmentError | None:
 
     if isinstance(exc, PipeplanError | KeyboardInterrupt | MemoryError):
         return None
+    import sys
+
+    # Where libraries are installed: this environment's, and those of the interpreter it was
+    # made from on its path (a virtual environment that sees them: CI's, where torch's files
+    # were none of its own and a bad TORCH_LOGS was a traceback again).
     installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    installed |= {p for p in sys.path if type(p) is str and os.path.basename(p) in _INSTALL_FOLDERS}
     folders = tuple(os.path.join(os.path.realpath(p), "") for p in installed)
     library = None
     tb = exc.__traceback__
