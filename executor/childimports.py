@@ -253,6 +253,11 @@ def _take(path: str) -> bytes:
         os.close(fd)
 
 
+def found_so_far() -> dict[str, tuple[str | None, str]]:
+    """What `found` collected when it last looked, without looking again."""
+    return _FOUND
+
+
 def known(name: str) -> tuple[str | None, str] | None:
     """What a child reported of the module `name` (its importer, its file) as `found` last
     read; None where none did."""

@@ -5577,7 +5577,8 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
             "imports; give pipeplan a temporary folder it can write (TMPDIR), or import them "
             "at the data module's top level"
         )
-    new += [n for n in childimports.found() if n not in sys.modules and n not in before]
+    # (read by `problem` just now)
+    new += [n for n in childimports.found_so_far() if n not in sys.modules and n not in before]
     datas = _imported_by_the_data(new, data_module, installed)
     ran = set(datas) | _packages_of(data_module)
     ran_files = [f"file:{f}" for f, by in list(_RAN.items()) if by in ran]
@@ -5883,16 +5884,16 @@ def _is_file(path: Path) -> bool:
 
 
 def _forget_if_elsewhere(target: str) -> None:
-    """Take the module `target` (its top-level package, with every module of it, and the
-    user's modules recorded with it) out of sys.modules where the import rule finds that
-    name in another place now: a Python API caller that moved to another project's
-    directory (`os.chdir`), whose own `mydata.py` the next call must import, as a new
-    process would. Found by the seventy-second round: the first directory's module was
-    kept, the run refused as if it were the other's, and data.json named the other
-    directory's file. By the seventy-third: places compared as imported, not as resolved
-    (two projects' `mydata.py` linked to one shared file, each with its own helper), and a
-    namespace package by its folders. Only a name found by the path finder (not an
-    installed package's own finder) is looked at."""
+    """Take the module `target` (its top-level package, with every module of it) out of
+    sys.modules where the import rule finds that name in another place now (the other
+    modules an earlier loading recorded: `_forget_if_moved`, by this same rule): a Python
+    API caller that moved to another project's directory (`os.chdir`), whose own
+    `mydata.py` the next call must import, as a new process would. Found by the seventy-
+    second round: the first directory's module was kept, the run refused as if it were the
+    other's, and data.json named the other directory's file. By the seventy-third: places
+    compared as imported, not as resolved (two projects' `mydata.py` linked to one shared
+    file, each with its own helper), and a namespace package by its folders. Only a name
+    found by the path finder (not an installed package's own finder) is looked at."""
     top = target.partition(".")[0]
     if top in RANK_PACKAGES:
         return  # pipeplan's own: never taken out
