@@ -32,6 +32,7 @@ import re
 import secrets
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -170,11 +171,16 @@ def _write(folder: str, line: bytes) -> None:
     owner = re.match(rf"pipeplan-imports-({OWNER_TAG})-", os.path.basename(folder))
     if owner is not None and owner_gone(owner[1]):
         return  # its forker is gone (a child that outlived the run): nobody reads it
-    for _ in range(8):  # (the forker removed the file, or the folder, between two steps)
-        os.makedirs(folder, mode=0o700, exist_ok=True)
+    for attempt in range(64):  # (the forker removed the file, or the folder, between steps)
+        # Not exist_ok: that looks again after mkdir's EEXIST, and a folder the forker removed
+        # in between was a FileExistsError (a line lost: CI of the 52nd session). There, or
+        # there a moment ago, is the same here: the open says which.
+        with contextlib.suppress(FileExistsError):
+            os.makedirs(folder, mode=0o700)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except FileNotFoundError:
+            time.sleep(0.0001 * attempt)  # out of step with a forker reading in a loop
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -188,7 +194,7 @@ def _write(folder: str, line: bytes) -> None:
                 return
         finally:
             os.close(fd)
-    raise OSError(11, "the report's file was taken away eight times as it was written")
+    raise OSError(11, "the report's file was taken away 64 times as it was written")
 
 
 def found() -> dict[str, tuple[str | None, str]]:

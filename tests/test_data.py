@@ -956,6 +956,33 @@ def test_a_childs_reports_are_all_read_while_it_writes_and_the_forker_reads(monk
         childimports.forget()
 
 
+def test_a_report_whose_folder_is_removed_as_it_is_made_is_written(monkeypatch):
+    """Found by CI of the fifty-second session: a child's `makedirs(exist_ok=True)` met the
+    folder there at its mkdir and gone (the forker, reading, removed it empty) when it looked
+    again, and raised: the line was lost (a data.json refused, in a run). The child now takes
+    the folder's being there a moment ago as such and makes it again."""
+    from executor import childimports
+
+    folder = childimports._made()
+    mkdir = os.mkdir
+    raced = []
+
+    def removed_in_between(path, mode=0o777, **kw):
+        if path == folder and not raced:  # there at mkdir, then gone before the look again
+            raced.append(path)
+            os.rmdir(path)
+            raise FileExistsError(17, "File exists", path)
+        return mkdir(path, mode, **kw)
+
+    monkeypatch.setattr(os, "mkdir", removed_in_between)
+    try:
+        childimports._write(folder, b'["rt_race", null, "/x/rt_race.py"]\n')
+        monkeypatch.setattr(os, "mkdir", mkdir)
+        assert raced and childimports.found()["rt_race"] == (None, "/x/rt_race.py")
+    finally:
+        childimports.forget()
+
+
 def test_a_caller_that_moves_to_another_project_gets_that_projects_helpers(tmp_path, monkeypatch):
     """Found by the seventy-fourth round: a Python API caller that ran `mydata:load` in
     project A, then `other:load` in project B (or `path/to/mydata.py:load` in each), kept A's
