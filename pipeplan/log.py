@@ -489,6 +489,9 @@ _LIBRARY_LEVELS = {
     # torch's C++ switches (c10's `check_env`: anything else is a warning as torch loads)
     "TORCH_SHOW_CPP_STACKTRACES": ("0", "1"),
     "TORCH_CUSTOM_TERMINATE": ("0", "1"),
+    # torch.distributed.elastic's loggers (`logger.setLevel(os.environ["LOGLEVEL"])`: a name
+    # logging knows, in its case, or a ValueError as torch.distributed loads)
+    "LOGLEVEL": ("CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET"),
 }
 
 

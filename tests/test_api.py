@@ -530,6 +530,7 @@ def test_a_value_held_in_a_0d_array_is_taken_as_the_value_typed(tmp_path, monkey
     [
         ("TRANSFORMERS_VERBOSITY", "bogus", "the environment: TRANSFORMERS_VERBOSITY='bogus'"),
         ("OMP_NUM_THREADS", "0", "the environment: libgomp: Invalid value for environment"),
+        ("LOGLEVEL", "loud", "the environment: LOGLEVEL='loud' is no level it takes"),
     ],
 )
 def test_a_call_checks_the_environment_as_the_command_does(monkeypatch, variable, value, said):

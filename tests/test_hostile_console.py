@@ -305,6 +305,8 @@ PROFILE_ONE = ["profile", "bert-synth", "--repeats", "1", "--warmup", "0"]
         ("MPLBACKEND", "bogus", [*PREVIEW, "--plot", "plots"], "importing matplotlib failed ("),
         ("TORCH_CPP_LOG_LEVEL", "bogus", ["models"], "TORCH_CPP_LOG_LEVEL='bogus' is no level"),
         ("TRANSFORMERS_VERBOSITY", "loud", ["models"], "TRANSFORMERS_VERBOSITY='loud' is no "),
+        # the seventy-sixth round: torch.distributed's own line quoted only the value
+        ("LOGLEVEL", "bogus", ["models"], "LOGLEVEL='bogus' is no level it takes (CRITICAL, "),
     ],
 )
 def test_a_librarys_variable_it_cannot_read_is_one_error_line(
