@@ -26,6 +26,7 @@ import difflib
 import functools
 import inspect
 import numbers
+import sys
 from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, get_origin
@@ -327,9 +328,10 @@ def _value(option: Option, value: Any) -> Any:
     array = type(dimensions) is int and dimensions >= 1 and hasattr(value, "tolist")
     sequence = isinstance(value, list | tuple) or array
     if sequence and option.spelling in TEXT_LISTS:  # `freeze_schedule=[0, 3]`, as "0,3"
-        items = value.tolist() if array else value
         if array:
             _refuse_odd_dtype(value, option.spelling, "whole numbers")
+            _refuse_masked(value, option.spelling, "whole numbers")
+        items = value.tolist() if array else value
         value = ",".join(str(_item(v, option.spelling)) for v in items)
         sequence = array = False
     if sequence and not _is_list(option):
@@ -345,6 +347,7 @@ def _value(option: Option, value: Any) -> Any:
         )
     if array:
         _refuse_odd_dtype(value, option.spelling, "whole numbers")  # [0, 8] of timedelta64
+        _refuse_masked(value, option.spelling, "whole numbers")
         value = value.tolist()  # its items held as a list's (a float array was taken)
     if isinstance(value, list | tuple):  # `boundaries=[0, 5, 10]`, as "0,5,10" typed
         # `[0, True, 10]` planned 0,1,10 (the fifty-fifth round): each item is a number
@@ -467,11 +470,9 @@ def _unwrapped(value: Any, spelling: str, wanted: str) -> Any:
         if not (getattr(value, "ndim", None) == 0 and hasattr(value, "item")):
             break
         _refuse_odd_dtype(value, spelling, wanted)
+        _refuse_masked(value, spelling, wanted)
         import numpy as np  # (here: what holds a value is numpy's or torch's, loaded already)
 
-        if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
-            # a missing value: `.item()` read the data under its mask (the seventy-fifth round)
-            raise BadArgumentError(f"{spelling}: {_shown(value)} is masked; give {wanted}")
         held = value.item()  # (torch warned of a tensor that requires grad: fiftieth round)
         if isinstance(held, np.longdouble | np.clongdouble):  # its .item() is itself
             held = complex(held) if isinstance(held, np.clongdouble) else float(held)
@@ -516,6 +517,17 @@ def _refuse_odd_dtype(value: Any, spelling: str, wanted: str) -> None:
             f"{spelling}: {_shown(value)} is of numpy's {excerpt(str(dtype.name))} type; give "
             f"{wanted}"
         )
+
+
+def _refuse_masked(value: Any, spelling: str, wanted: str) -> None:
+    """A numpy masked array with a masked item is refused: a missing value, which `.item()`
+    read as the data under its mask (the seventy-fifth round) and `.tolist()` as None, shown
+    so in the refusal of `freeze_schedule=np.ma.array([1, 2], mask=[0, 1])` (the seventy-
+    sixth)."""
+    numpy = sys.modules.get("numpy")  # (an array of numpy's has loaded it)
+    if numpy is not None and isinstance(value, numpy.ma.MaskedArray) and numpy.ma.is_masked(value):
+        what = "is masked" if value.ndim == 0 else "has a masked item"
+        raise BadArgumentError(f"{spelling}: {_shown(value)} {what}; give {wanted}")
 
 
 def _is_boolean(value: Any) -> bool:

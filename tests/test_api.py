@@ -461,6 +461,19 @@ _TIMEDELTA = "is of numpy's timedelta64 type; give"
             {"freeze_schedule": [0, True]},
             "--freeze-schedule: True is a switch's value; give whole numbers",
         ),
+        # The seventy-sixth round: a masked item of a list's array was shown as None.
+        (
+            "preview",
+            {"freeze_schedule": np.ma.array([1, 2], mask=[0, 1])},
+            "--freeze-schedule: masked_array(data=[1, --], mask=[False, True], "
+            "fill_value=999999) has a masked item; give whole numbers",
+        ),
+        (
+            "plan",
+            {"boundaries": np.ma.array([0, 3, 6], mask=[0, 1, 0])},
+            "--boundaries: masked_array(data=[0, --, 6], mask=[False, True, False], "
+            "fill_value=999999) has a masked item; give whole numbers",
+        ),
     ],
 )
 def test_a_value_held_in_a_0d_array_is_checked_as_the_value_typed(
