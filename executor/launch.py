@@ -2590,7 +2590,8 @@ def resumed_config(saved: RunConfig, given: dict[str, Any]) -> RunConfig:
     `--resume` applied (RESUME_FLAGS), validated as a fresh run's; BadArgumentError naming the
     first flag that cannot be applied."""
     changed = {k: v for k, v in given.items() if getattr(saved, k, None) != v}
-    for field in [f for f in changed if f not in RESUME_FLAGS]:
+    for field in [f for f in changed if f not in RESUME_FLAGS and f != "freeze"]:
+        # (`freeze` below: `0,0,0` and `0,1` are both freeze=list, which this compared alone)
         # A path as the run was started (`--data train.jsonl`), which run.json holds absolute
         # (`absolute_paths`): the same, not a change (the seventy-first round: refused).
         try:
@@ -2601,8 +2602,12 @@ def resumed_config(saved: RunConfig, given: dict[str, Any]) -> RunConfig:
             del changed[field]
     if "freeze" in changed and saved.freeze == "list" and isinstance(changed["freeze"], str):
         # `--freeze 0,2,4` is stored as freeze=list with the layers: the same list is no change.
-        given_list = build(RunConfig, {**saved.model_dump(), "freeze": changed["freeze"]})
-        if given_list.freeze_list == saved.freeze_list:
+        # Built without the saved layers: with them, `--freeze none` or `auto` kept the run's
+        # list as its own and compared equal, and the resume trained the old schedule without
+        # a word (the seventy-seventh round).
+        without = saved.model_dump(exclude={"freeze_list"})
+        given_list = build(RunConfig, {**without, "freeze": changed["freeze"]})
+        if (given_list.freeze, given_list.freeze_list) == (saved.freeze, saved.freeze_list):
             del changed["freeze"]
     for field in changed:
         if field not in RESUME_FLAGS:

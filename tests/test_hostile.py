@@ -1343,6 +1343,32 @@ def test_resume_takes_a_path_spelled_as_the_run_was_started(tmp_path, monkeypatc
         resumed_config(saved, {"data": "./mydata.py:other"})
 
 
+@pytest.mark.parametrize("given", ["none", "auto", "alpha", "0,0,0", "0,1,1", "0,1,1,1"])
+def test_resume_refuses_another_freeze_schedule_than_a_listed_ones(given):
+    """Found by the seventy-seventh round: a run started with `--freeze 0,1`, resumed with
+    `--freeze none` (or auto, or another list) trained its saved schedule without a word:
+    the saved layers were carried into the comparison, so any value compared equal. Another
+    schedule is refused naming the run's own; the same list is no change."""
+    from executor.launch import resumed_config
+    from pipeplan.errors import PipeplanError
+    from pipeplan.formats import RunConfig
+    from pipeplan.options import build
+
+    saved = build(RunConfig, {"model": "bert-synth", "freeze": "0,1", "epochs": 2})
+    assert (saved.freeze, saved.freeze_list) == ("list", [0, 1])
+    with pytest.raises(
+        PipeplanError,
+        match=r"--freeze: --resume continues the run as it was saved \(--freeze 0,1 in its run",
+    ):
+        resumed_config(saved, {"freeze": given, "epochs": 3})
+    for same in ("0,1", "0, 1"):
+        kept = resumed_config(saved, {"freeze": same, "epochs": 3})
+        assert (kept.freeze, kept.freeze_list, kept.epochs) == ("list", [0, 1], 3)
+    auto = build(RunConfig, {"model": "bert-synth", "freeze": "auto"})
+    with pytest.raises(PipeplanError, match="cannot change --freeze"):
+        resumed_config(auto, {"freeze": "0,1"})
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 # In `-m long`, for the suite's time: the default run keeps
