@@ -17,7 +17,7 @@ a new interpreter.
 
     watch(running)                 # once: a fork while `running` is not empty reports
     report(name, path, target, importer, witness, installed)   # the witness's, in such a child
-    found()                        # {"helper": ("mydata", "/home/me/helper.py")} here
+    found()                        # {"helper": [("mydata", "/home/me/helper.py")]} here
     problem()                      # None, or why a child's imports may be missing
     forget()                       # a new loading of the data: what came before is gone
 """
@@ -50,7 +50,9 @@ _REPORTS_FOLDER: list[str] = []  # this process's, once made (at its first fork 
 _REPORT_TO: list[str] = []  # in a child forked while the data's code ran: the folder
 _FORKING_TO: list[str] = []  # set as a fork begins: the folder its child reports to
 _SENT: set[bytes] = set()  # in a reporting child: the lines written (a reload writes none)
-_FOUND: dict[str, tuple[str | None, str]] = {}  # collected: name → (importer, file)
+# collected: name → each (importer, file) reported, in order: two children may import two
+# files under one name (a folder each put first on sys.path: the seventy-seventh round)
+_FOUND: dict[str, list[tuple[str | None, str]]] = {}
 _PROBLEMS: list[str] = []  # why a report may be missing (`problem`)
 _FAILED = "failed-"  # a mark a child leaves where it could not write its report
 
@@ -197,9 +199,10 @@ def _write(folder: str, line: bytes) -> None:
     raise OSError(11, "the report's file was taken away 64 times as it was written")
 
 
-def found() -> dict[str, tuple[str | None, str]]:
+def found() -> dict[str, list[tuple[str | None, str]]]:
     """The modules this process's forked children reported importing since `forget`, by
-    name: the module that imported each (None: installed code alone) and its file. The
+    name: for each file imported under it, the module that imported it (None: installed code
+    alone) and the file. The
     reports read are removed, and the folder once empty (a process that ends without its exit
     callbacks leaves none behind); a child's mark that it could not write one, or a report
     past MAX_REPORT_BYTES, is kept for `problem`."""
@@ -231,7 +234,9 @@ def found() -> dict[str, tuple[str | None, str]]:
             except ValueError:
                 continue
             if type(name) is str and type(origin) is str and type(importer) in (str, type(None)):
-                _FOUND.setdefault(name, (importer, origin))
+                reports = _FOUND.setdefault(name, [])
+                if (importer, origin) not in reports:
+                    reports.append((importer, origin))
     with contextlib.suppress(OSError):
         os.rmdir(folder)  # made again by the next fork, or by a child as it writes
     return _FOUND
@@ -259,15 +264,15 @@ def _take(path: str) -> bytes:
         os.close(fd)
 
 
-def found_so_far() -> dict[str, tuple[str | None, str]]:
+def found_so_far() -> dict[str, list[tuple[str | None, str]]]:
     """What `found` collected when it last looked, without looking again."""
     return _FOUND
 
 
-def known(name: str) -> tuple[str | None, str] | None:
-    """What a child reported of the module `name` (its importer, its file) as `found` last
-    read; None where none did."""
-    return _FOUND.get(name)
+def known(name: str) -> list[tuple[str | None, str]]:
+    """What the children reported of the module `name` as `found` last read: each file
+    imported under that name with the module that imported it; empty where none did."""
+    return _FOUND.get(name, [])
 
 
 def problem() -> str | None:

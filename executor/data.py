@@ -5589,30 +5589,28 @@ def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
         if name in seen:
             continue
         seen.add(name)
-        file = name[5:] if name.startswith("file:") else _imported_file(name)
-        if file is None:
-            continue
-        where = located(file, folders)
-        if where is None:
-            continue
-        path = _recorded_file(*where, root, installed, (".py",))
-        # The data module at its own place (a link to it: `main` is where it resolves).
-        if path is not None and main not in (path, Path(where[1])) and _is_file(path):
-            files.add(path)
+        for file in [name[5:]] if name.startswith("file:") else _imported_files(name):
+            where = located(file, folders)
+            if where is None:
+                continue
+            path = _recorded_file(*where, root, installed, (".py",))
+            # The data module at its own place (a link to it: `main` is where it resolves).
+            if path is not None and main not in (path, Path(where[1])) and _is_file(path):
+                files.add(path)
     return sorted(files)
 
 
-def imported_file(name: str) -> str | None:
-    """The .py file of the module `name` as this process imported it, or else as a process
-    the data's code forked did (`childimports`); None where neither did, or it has none, or
-    it is pipeplan's own or installed code (no helper of the user's: a `config.py` the data
-    runs by path is no module, and an installed module `config` is not it).
+def imported_files(name: str) -> list[str]:
+    """The .py file of the module `name` as this process imported it, or else those the
+    processes the data's code forked imported under that name (`childimports`: two may have
+    put two folders first on sys.path); none where none did, or it has none, or it is
+    pipeplan's own or installed code (no helper of the user's: a `config.py` the data runs by
+    path is no module, and an installed module `config` is not it).
 
-        imported_file("helper")   # "/home/me/helper.py", imported by mydata or its pool
+        imported_files("helper")   # ["/home/me/helper.py"], imported by mydata or its pool
     """
     childimports.found()
-    file = _imported_file(name)
-    return None if file is None or file.startswith(_installed_prefixes()) else file
+    return [file for file in _imported_files(name) if not file.startswith(_installed_prefixes())]
 
 
 def imported_places() -> set[str]:
@@ -5622,23 +5620,22 @@ def imported_places() -> set[str]:
         "/home/me/lib/helper.py" in imported_places()   # imported, under whatever name
     """
     files = [getattr(module, "__file__", None) for module in list(sys.modules.values())]
-    files += [file for _, file in childimports.found().values()]
+    files += [file for reports in childimports.found().values() for _, file in reports]
     return {os.path.realpath(file) for file in files if type(file) is str}
 
 
-def _imported_file(name: str) -> str | None:
-    """The .py file of the imported module `name` (here, or in a forked child of the data's:
-    `childimports.found` as last read), None where it has none or is pipeplan's own (never
-    the user's: `_append_data_directory`)."""
+def _imported_files(name: str) -> list[str]:
+    """The .py file of the imported module `name` here, or else those forked children of the
+    data's imported under it (`childimports.found` as last read); none where it has none or
+    is pipeplan's own (never the user's: `_append_data_directory`)."""
     if name.partition(".")[0] in OWN_PACKAGES:
-        return None
+        return []
     if name not in sys.modules:
-        reported = childimports.known(name)
-        return None if reported is None else reported[1]
+        return [file for _, file in childimports.known(name)]
     file = getattr(sys.modules.get(name), "__file__", None)
     # Only a plain str is a file name: a str subclass's own methods may raise (the sixty-ninth
     # round: a traceback of the scan); it is no file of the user's.
-    return file if type(file) is str and file.endswith(".py") else None
+    return [file] if type(file) is str and file.endswith(".py") else []
 
 
 def _imported_by_the_data(names: list[str], data_module: str, installed: list[Path]) -> list[str]:
@@ -5655,10 +5652,11 @@ def _imported_by_the_data(names: list[str], data_module: str, installed: list[Pa
     """
     roots = _packages_of(data_module)
     asked: dict[str | None, list[str]] = {}
-    importers = {name: _importer_of(name) for name in names}
-    kept = [name for name in names if name in roots or importers[name] is _UNKNOWN]
+    importers = {name: _importers_of(name) for name in names}
+    kept = [name for name in names if name in roots or _UNKNOWN in importers[name]]
     for name in names:
-        asked.setdefault(importers[name], []).append(name)  # type: ignore[arg-type]
+        for importer in importers[name]:
+            asked.setdefault(importer, []).append(name)  # type: ignore[arg-type]
     new = set(names)
     found, waiting = set(kept), list(roots | set(kept))
     while waiting:
@@ -5680,14 +5678,15 @@ def _packages_of(module: str) -> set[str]:
     return {".".join(parts[: i + 1]) for i in range(len(parts))}
 
 
-_UNKNOWN = object()  # `_importer_of` a module no witness saw imported
+_UNKNOWN = object()  # `_importers_of` a module no witness saw imported
 
 
-def _importer_of(name: str) -> Any:
-    """Who imported the module `name`: `_IMPORTED_BY`'s record here, or for a module only a
-    child the data forked imported, the child's (`childimports`); else `_UNKNOWN`."""
-    reported = None if name in sys.modules else childimports.known(name)
-    return _IMPORTED_BY.get(name, _UNKNOWN) if reported is None else reported[0]
+def _importers_of(name: str) -> list[Any]:
+    """Who imported the module `name`: `_IMPORTED_BY`'s record here, or for a module only
+    children the data forked imported, theirs (`childimports`: one for each file imported
+    under the name); else `_UNKNOWN`."""
+    reported = [] if name in sys.modules else childimports.known(name)
+    return [importer for importer, _ in reported] or [_IMPORTED_BY.get(name, _UNKNOWN)]
 
 
 def _held_modules(name: str) -> set[str]:
@@ -5721,8 +5720,9 @@ def _held_modules(name: str) -> set[str]:
 def _users_code(name: str, installed: list[Path]) -> bool:
     """Whether the imported module `name` is code of the user's: a .py file outside the
     `installed` folders and pipeplan."""
-    file = _imported_file(name)
-    return file is not None and not any(Path(file).is_relative_to(f) for f in installed)
+    return any(
+        not any(Path(file).is_relative_to(f) for f in installed) for file in _imported_files(name)
+    )
 
 
 def _import(target: str, spec: str) -> Any:
@@ -5821,7 +5821,7 @@ def _user_modules(target: str, spec: str) -> dict[str, Path]:
     # state was lost).
     data_module = _module_name(target)
     roots = _packages_of(data_module)
-    seen = [n for n in found if n in roots or _importer_of(n) is not _UNKNOWN]
+    seen = [n for n in found if n in roots or _importers_of(n) != [_UNKNOWN]]
     datas = set(_imported_by_the_data(seen, data_module, installed)) | (roots & set(found))
     waiting = list(datas)
     while waiting:

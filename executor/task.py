@@ -36,7 +36,7 @@ from executor.data import (
     check_compatible,
     data_task,
     helper_files,
-    imported_file,
+    imported_files,
     imported_places,
     is_helper_file,
     is_user_code,
@@ -773,8 +773,11 @@ def check_helpers_kept(run_dir: Path, cfg: RunConfig) -> None:
                 if os.path.realpath(root.joinpath(*parts[:i])) in on_path
             ]
         for name in names:
-            now = imported_file(name)  # here, or by a child the data's code forked
-            if type(now) is str and not _same_file(now, str(path)):
+            # here, or by the children the data's code forked (two may import two files of
+            # one name: the listed one among them is the listed one imported)
+            nows = imported_files(name)
+            if nows and not any(_same_file(now, str(path)) for now in nows):
+                now = nows[0]
                 raise InputFileError(
                     f"{run_dir / DATA_RECORD}: the run's data module imported '{name}' from "
                     f"{path}, but here (in {Path.cwd()}) it imports {now}; run this command "

@@ -813,11 +813,11 @@ def test_a_helper_imported_only_in_a_forked_child_is_the_datas(tmp_path, monkeyp
         data / "rt74_pooled.py",
         data / "rt74_pooled2.py",
     ]
-    assert D.imported_file("rt74_pooled2") == str(data / "rt74_pooled2.py")
+    assert D.imported_files("rt74_pooled2") == [str(data / "rt74_pooled2.py")]
     # Read as the data's code returned, and removed: nothing is left for an exit to remove.
     assert not Path(childimports._folder()).exists()
     childimports.forget()
-    assert D.imported_file("rt74_pooled") is None
+    assert D.imported_files("rt74_pooled") == []
 
 
 @pytest.mark.parametrize("case", ["tempdir moved", "reloads", "cannot write", "no folder"])
@@ -921,6 +921,54 @@ def test_a_forker_that_ended_without_collecting_leaves_no_reports(tmp_path, monk
     assert list(tmp_path.iterdir()) == []
 
 
+def test_two_children_importing_two_files_of_one_name_record_both(tmp_path, monkeypatch):
+    """Found by the seventy-seventh round: two children the data forked imported `helper`
+    from two files (one put sub/ first on sys.path). The reports were kept one per name,
+    whichever was read first: data.json left one file out (an edit of it resumed unseen),
+    and a rank's check at its final checkpoint, reading the other, refused the run it had
+    just trained ("run this command from the directory the run was started from"). Each
+    file imported under a name is recorded, and the check finds the listed one among them."""
+    import types
+
+    from executor import childimports
+    from executor.task import check_helpers_kept
+    from pipeplan.formats import DataFile, DataRecord
+    from pipeplan.formats.base import dumps
+
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "rt77_helper.py").write_text("X = 'top'\n")
+    (data / "sub" / "rt77_helper.py").write_text("X = 'sub'\n")
+    (data / "rt77_two.py").write_text(
+        "import os, sys\n"
+        "import torch\n"
+        "from torch.utils.data import TensorDataset\n"
+        "HERE = os.path.dirname(os.path.abspath(__file__))\n"
+        "def load(seed=0):\n"
+        "    for first in (os.path.join(HERE, 'sub'), None):\n"
+        "        child = os.fork()\n"
+        "        if child == 0:\n"
+        "            if first:\n"
+        "                sys.path.insert(0, first)\n"
+        "            import rt77_helper\n"
+        "            os._exit(0)\n"
+        "        os.waitpid(child, 0)\n"
+        f"{SETS}"
+    )
+    try:
+        helpers = _loaded_helpers(monkeypatch, data, "rt77_two", "rt77_helper")
+        assert "rt77_helper" not in sys.modules  # imported by the children alone
+        assert helpers == [data / "rt77_helper.py", data / "sub" / "rt77_helper.py"]
+        files = [data / "rt77_two.py", *helpers]
+        record = DataRecord(
+            data="rt77_two:load", files=[DataFile(path=str(f), sha256="0" * 64) for f in files]
+        )
+        (tmp_path / "data.json").write_text(dumps(record))
+        check_helpers_kept(tmp_path, types.SimpleNamespace(data="rt77_two:load"))  # no refusal
+    finally:
+        childimports.forget()
+
+
 def test_a_childs_reports_are_all_read_while_it_writes_and_the_forker_reads(monkeypatch):
     """The reports of `childimports`: children appending while their forker reads and removes
     their files lose no line (each write is made under the file's lock, to the file there
@@ -950,7 +998,7 @@ def test_a_childs_reports_are_all_read_while_it_writes_and_the_forker_reads(monk
         assert time.monotonic() < deadline
     found = childimports.found()
     try:
-        assert len(found) == 600 and found["m2_199"] == (None, "/x/m2_199.py")
+        assert len(found) == 600 and found["m2_199"] == [(None, "/x/m2_199.py")]
         assert not os.path.exists(folder)
     finally:
         childimports.forget()
@@ -978,7 +1026,7 @@ def test_a_report_whose_folder_is_removed_as_it_is_made_is_written(monkeypatch):
     try:
         childimports._write(folder, b'["rt_race", null, "/x/rt_race.py"]\n')
         monkeypatch.setattr(os, "mkdir", mkdir)
-        assert raced and childimports.found()["rt_race"] == (None, "/x/rt_race.py")
+        assert raced and childimports.found()["rt_race"] == [(None, "/x/rt_race.py")]
     finally:
         childimports.forget()
 
