@@ -7,11 +7,14 @@ seventy-third round). A child forked while the data's code runs writes each modu
 imports from a file outside the installed folders (its name, the module that imported it,
 its file) as one line to a file of its own, in a folder named after the process that
 collects them: its forker, or that one's forker where a child forks in turn. The forker
-reads and removes them as the data's code returns and whenever it asks (`found`), so a
-process that ends without its exit callbacks leaves none behind. The folder is made by the
-forker as it first forks, under the temporary folder pipeplan started with (data code that
-moves tempfile's folder meanwhile moves no report), and a child that cannot write its report
-marks the folder so: the forker's `problem` says so, and data.json is not written without
+reads and removes them as the data's code returns and whenever it asks (`found`). The folder
+is made by the forker as it forks, under the temporary folder pipeplan started with (data
+code that moves tempfile's folder meanwhile moves no report), and removed by it as it
+forgets (`forget`: a new loading, its exit); a child never makes it, so one that outlives
+its forker's last look writes nothing (the seventy-seventh round: a child importing after
+the run made it again, and it stayed). One a process killed left is removed by the next
+command that starts ranks (`spawn._remove_left_scratch`). A child that cannot write its
+report marks the folder so: the forker's `problem` says so, and data.json is not written without
 it. A child started afresh (the spawn and forkserver start methods) holds none of this: it is
 a new interpreter.
 
@@ -32,7 +35,6 @@ import re
 import secrets
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -168,22 +170,17 @@ def _mark(exc: Exception) -> None:
 def _write(folder: str, line: bytes) -> None:
     """`line` appended to this child's file in `folder`, under the file's lock, to the file
     that is there then: the forker reads one under its lock and removes it before letting go
-    (`_take`), and a child that was waiting writes to a new one."""
+    (`_take`), and a child that was waiting writes to a new one. Without the folder, nothing:
+    its forker has forgotten this child's loading, or ended."""
     path = os.path.join(folder, f"{os.getpid()}.jsonl")
     owner = re.match(rf"pipeplan-imports-({OWNER_TAG})-", os.path.basename(folder))
     if owner is not None and owner_gone(owner[1]):
         return  # its forker is gone (a child that outlived the run): nobody reads it
-    for attempt in range(64):  # (the forker removed the file, or the folder, between steps)
-        # Not exist_ok: that looks again after mkdir's EEXIST, and a folder the forker removed
-        # in between was a FileExistsError (a line lost: CI of the 52nd session). There, or
-        # there a moment ago, is the same here: the open says which.
-        with contextlib.suppress(FileExistsError):
-            os.makedirs(folder, mode=0o700)
+    for _ in range(64):  # (the forker took the file away between the open and the lock)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except FileNotFoundError:
-            time.sleep(0.0001 * attempt)  # out of step with a forker reading in a loop
-            continue
+            return  # no folder: nobody will read it
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -237,8 +234,6 @@ def found() -> dict[str, list[tuple[str | None, str]]]:
                 reports = _FOUND.setdefault(name, [])
                 if (importer, origin) not in reports:
                     reports.append((importer, origin))
-    with contextlib.suppress(OSError):
-        os.rmdir(folder)  # made again by the next fork, or by a child as it writes
     return _FOUND
 
 
@@ -283,8 +278,19 @@ def problem() -> str | None:
 
 
 def forget() -> None:
-    """The reports so far removed, and what was collected of them forgotten: a new loading
-    of the data (an API call's), or the process's end."""
-    found()
+    """The reports so far removed with their folder, and what was collected of them
+    forgotten: a new loading of the data (an API call's), or the process's end. A child that
+    writes later finds no folder, and writes nothing."""
+    for _ in range(8):  # (a child's report made between the last look and the removal)
+        found()
+        if not _REPORTS_FOLDER:
+            break
+        try:
+            os.rmdir(_REPORTS_FOLDER[0])  # made again by the next fork in the data's code
+        except FileNotFoundError:
+            break
+        except OSError:
+            continue
+        break
     _FOUND.clear()
     _PROBLEMS.clear()

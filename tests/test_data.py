@@ -814,9 +814,10 @@ def test_a_helper_imported_only_in_a_forked_child_is_the_datas(tmp_path, monkeyp
         data / "rt74_pooled2.py",
     ]
     assert D.imported_files("rt74_pooled2") == [str(data / "rt74_pooled2.py")]
-    # Read as the data's code returned, and removed: nothing is left for an exit to remove.
-    assert not Path(childimports._folder()).exists()
+    # Read as the data's code returned, and removed; the folder is removed as it is forgotten.
+    assert list(Path(childimports._folder()).iterdir()) == []
     childimports.forget()
+    assert not Path(childimports._folder()).exists()
     assert D.imported_files("rt74_pooled") == []
 
 
@@ -999,36 +1000,29 @@ def test_a_childs_reports_are_all_read_while_it_writes_and_the_forker_reads(monk
     found = childimports.found()
     try:
         assert len(found) == 600 and found["m2_199"] == [(None, "/x/m2_199.py")]
-        assert not os.path.exists(folder)
+        assert os.listdir(folder) == []
     finally:
         childimports.forget()
+    assert not os.path.exists(folder)
 
 
-def test_a_report_whose_folder_is_removed_as_it_is_made_is_written(monkeypatch):
-    """Found by CI of the fifty-second session: a child's `makedirs(exist_ok=True)` met the
-    folder there at its mkdir and gone (the forker, reading, removed it empty) when it looked
-    again, and raised: the line was lost (a data.json refused, in a run). The child now takes
-    the folder's being there a moment ago as such and makes it again."""
+def test_a_child_that_writes_after_its_forker_forgot_leaves_nothing():
+    """Found by the seventy-seventh round: a child the data forked that imported after its
+    forker's last look (the run's end: its exit callbacks had run, the process not yet gone)
+    made the folder again for its report, and it stayed in TMPDIR after `pipeplan run`. The
+    forker removes the folder as it forgets; a child never makes it, and writes nothing
+    once it is gone. (By CI of the fifty-second session, a child that made it met it removed
+    between makedirs' mkdir and its look, and lost the line: children no longer make it.)"""
     from executor import childimports
 
     folder = childimports._made()
-    mkdir = os.mkdir
-    raced = []
-
-    def removed_in_between(path, mode=0o777, **kw):
-        if path == folder and not raced:  # there at mkdir, then gone before the look again
-            raced.append(path)
-            os.rmdir(path)
-            raise FileExistsError(17, "File exists", path)
-        return mkdir(path, mode, **kw)
-
-    monkeypatch.setattr(os, "mkdir", removed_in_between)
-    try:
-        childimports._write(folder, b'["rt_race", null, "/x/rt_race.py"]\n')
-        monkeypatch.setattr(os, "mkdir", mkdir)
-        assert raced and childimports.found()["rt_race"] == [(None, "/x/rt_race.py")]
-    finally:
-        childimports.forget()
+    childimports._write(folder, b'["rt_before", null, "/x/rt_before.py"]\n')
+    assert childimports.found()["rt_before"] == [(None, "/x/rt_before.py")]
+    assert os.path.isdir(folder)  # kept while the forker may be written to
+    childimports.forget()
+    assert not os.path.exists(folder)
+    childimports._write(folder, b'["rt_after", null, "/x/rt_after.py"]\n')  # no error
+    assert not os.path.exists(folder) and childimports.found() == {}
 
 
 def test_a_caller_that_moves_to_another_project_gets_that_projects_helpers(tmp_path, monkeypatch):
