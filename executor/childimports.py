@@ -35,6 +35,7 @@ import re
 import secrets
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,8 @@ from pipeplan.spawn import OWNER_TAG, owner_gone, owner_tag
 # The most of one child's report read (a line is a name and two paths, each written once): a
 # child that imports without end fills no memory of its forker's, and is said (`problem`).
 MAX_REPORT_BYTES = 1 << 22
+# The longest a forker waits for a child's report's lock (held for one write of one line).
+LOCK_WAIT_S = 10.0
 
 # Where the folders are made: the temporary folder as pipeplan started, absolute (`TMPDIR=.`
 # and a child that changed its directory wrote elsewhere: the seventy-fourth round).
@@ -245,7 +248,12 @@ def _take(path: str) -> bytes:
     except OSError:
         return b""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not _locked(fd):
+            _said(
+                f"a process it forked held its report locked for {LOCK_WAIT_S:.0f} s "
+                f"({path}: stopped as it wrote?)"
+            )
+            return b""
         with contextlib.suppress(OSError):
             os.unlink(path)
         chunks, size = [], 0
@@ -257,6 +265,20 @@ def _take(path: str) -> bytes:
         return b""
     finally:
         os.close(fd)
+
+
+def _locked(fd: int) -> bool:
+    """Whether this process took the report's lock within LOCK_WAIT_S: a child holds it for
+    one write, and one stopped in between (SIGSTOP, a debugger) must not hang its forker."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
 
 
 def found_so_far() -> dict[str, list[tuple[str | None, str]]]:

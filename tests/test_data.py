@@ -1025,6 +1025,42 @@ def test_a_child_that_writes_after_its_forker_forgot_leaves_nothing():
     assert not os.path.exists(folder) and childimports.found() == {}
 
 
+@pytest.mark.timeout(60)
+def test_a_child_stopped_holding_its_report_hangs_no_forker(monkeypatch):
+    """A child stopped while it wrote its report (SIGSTOP, a debugger) held the report's lock,
+    and its forker's look waited for it without end: the run hung. The forker waits
+    LOCK_WAIT_S, then says so (data.json is not written without the report)."""
+    import fcntl
+    import signal
+    import time
+
+    from executor import childimports
+
+    monkeypatch.setattr(childimports, "LOCK_WAIT_S", 0.5)
+    folder = childimports._made()
+    report = os.path.join(folder, "4242.jsonl")
+    with open(report, "wb") as held:
+        held.write(b'["rt_held", null, "/x/rt_held.py"]\n')
+    child = os.fork()
+    if child == 0:  # takes the lock, as a child writing does, and is stopped holding it
+        try:
+            fd = os.open(report, os.O_WRONLY)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.kill(os.getpid(), signal.SIGSTOP)
+        finally:
+            os._exit(0)
+    try:
+        os.waitpid(child, os.WUNTRACED)  # stopped, the lock held
+        began = time.monotonic()
+        assert "rt_held" not in childimports.found()
+        assert time.monotonic() - began < 10
+        assert "held its report locked for 0 s" in childimports.problem()
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        childimports.forget()
+
+
 def test_a_caller_that_moves_to_another_project_gets_that_projects_helpers(tmp_path, monkeypatch):
     """Found by the seventy-fourth round: a Python API caller that ran `mydata:load` in
     project A, then `other:load` in project B (or `path/to/mydata.py:load` in each), kept A's
