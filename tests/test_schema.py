@@ -88,6 +88,16 @@ def mutate(path: str, value) -> str:
         (mutate("layers.0.timings.0.fwd_s", KeyError), "fwd_s"),
         (mutate("layers.0.timings.0.bwd_s", 1e400), "not valid JSON"),
         (json.dumps(minimal_profile()).replace('"fwd_s": 0.1', '"fwd_s": NaN', 1), "NaN"),
+        # The seventy-seventh round: a lone surrogate's escape, valid JSON of no text, was
+        # pydantic's "unexpected end of hex escape", naming no field.
+        (
+            mutate("model", "bert\ud800"),
+            "p.json: not valid JSON (model holds a lone UTF-16 surrogate (\\ud800), which is no",
+        ),
+        (
+            mutate("layers.1.name", "x\udfff"),
+            "(layers[1].name holds a lone UTF-16 surrogate (\\udfff)",
+        ),
     ],
 )
 def test_bad_profiles_give_one_line_naming_the_problem(text, fragment):

@@ -594,6 +594,11 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 # integer string conversion …; use sys.set_int_max_str_digits()". No field's range comes near.
 MAX_INT_DIGITS = 4300
 _TOO_MANY_DIGITS = re.compile(rf"[0-9]{{{MAX_INT_DIGITS + 1}}}")
+# A UTF-16 surrogate's escape (`\ud800`): json reads a lone one into a str that is no text
+# (pydantic's own reading refused it as "unexpected end of hex escape", naming no field: the
+# seventy-seventh round); a pair is one character and reads as it.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class TooManyDigits(ValueError):
@@ -624,18 +629,30 @@ def json_loads(text: str, **hooks: Any) -> Any:
         # TooManyDigits: max_length is an integer of 5,001 digits; …
     """
     data = json.loads(text, parse_int=parse_int, **hooks)
-    if _TOO_MANY_DIGITS.search(text) is None:  # the common case: no walk
+    surrogates = _SURROGATE_ESCAPE.search(text) is not None
+    if not surrogates and _TOO_MANY_DIGITS.search(text) is None:  # the common case: no walk
         return data
     pending: list[tuple[tuple, Any]] = [((), data)]  # (key path, value), first on top
     while pending:
         at, value = pending.pop()
+        where = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in at).lstrip(".")
         if isinstance(value, _Digits):
-            where = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in at)
             raise TooManyDigits(
-                f"{where.lstrip('.') or 'the value'} is an integer of {value.digits:,} digits; "
+                f"{where or 'the value'} is an integer of {value.digits:,} digits; "
                 f"a number pipeplan reads has at most {MAX_INT_DIGITS:,} (each field its range)"
             )
+        if surrogates and isinstance(value, str) and (lone := _LONE_SURROGATE.search(value)):
+            raise ValueError(
+                f"{where or 'the value'} holds a lone UTF-16 surrogate "
+                f"(\\u{ord(lone[0]):04x}), which is no character"
+            )
         if isinstance(value, dict):
+            for key in value:
+                if surrogates and (lone := _LONE_SURROGATE.search(key)):
+                    raise ValueError(
+                        f"a key of {where or 'the top-level object'} holds a lone UTF-16 "
+                        f"surrogate (\\u{ord(lone[0]):04x}), which is no character"
+                    )
             pending += [((*at, key), item) for key, item in value.items()][::-1]
         elif isinstance(value, list):
             pending += [((*at, i), item) for i, item in enumerate(value)][::-1]
