@@ -98,7 +98,10 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
                 # the library's own line, and the call went on).
                 check_openmp_environment()
                 log.check_library_log_levels()
-                return command(*args, **kwargs)
+                try:
+                    return command(*args, **kwargs)
+                finally:
+                    _forget_child_reports()
         except KeyboardInterrupt:
             raise Interrupted from None
         except OSError as exc:  # what the file system refuses, as the command line says it
@@ -114,6 +117,16 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
             raise failure from None
 
     return call
+
+
+def _forget_child_reports() -> None:
+    """What the children the call's data code forked reported importing, and their folder in
+    TMPDIR, removed as the call ends (`executor.childimports.forget`): nothing reads them
+    after it (its ranks are processes of their own, the next call loads the data afresh),
+    and the caller lives on (the seventy-sixth round: the folder stayed while it did)."""
+    childimports = sys.modules.get("executor.childimports")  # loaded by a call's data alone
+    if childimports is not None:
+        childimports.forget()
 
 
 def _misnamed(name: str, signature: inspect.Signature, given: dict, exc: TypeError) -> str:

@@ -556,6 +556,22 @@ def test_a_call_checks_the_environment_as_the_command_does(monkeypatch, variable
     assert str(refused.value).startswith(said), refused.value
 
 
+def test_a_call_removes_what_its_datas_children_reported_as_it_ends():
+    """Found by the seventy-sixth round: the folder in TMPDIR where the children a call's
+    data code forked report their imports (`executor.childimports`) stayed while the caller
+    lived. Nothing reads it after the call (the next loads the data afresh): it is removed
+    as any call ends, with what it held."""
+    from executor import childimports
+
+    folder = childimports._made()
+    childimports._write(folder, b'["rt_call", null, "/x/rt_call.py"]\n')
+    try:
+        pipeplan.preview(profile=PROFILE)
+        assert not os.path.exists(folder) and childimports.found() == {}
+    finally:
+        childimports.forget()
+
+
 class _LoudFloat(float):
     """A float whose own text and conversion raise."""
 
