@@ -403,7 +403,7 @@ def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellin
         try:
             # A key twice ({"text": "x", "text": "real", …}): json keeps the last value, and
             # a reader of the line sees the first (twentieth round).
-            item = json_loads(line, object_pairs_hook=unique_keys)
+            item = json_loads(line, surrogates_checked=False, object_pairs_hook=unique_keys)
         except TooManyDigits as exc:  # valid JSON: a number no label or text takes
             raise InputFileError(f"{path}:{number}: {exc}") from None
         except json.JSONDecodeError as exc:

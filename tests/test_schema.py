@@ -92,11 +92,11 @@ def mutate(path: str, value) -> str:
         # pydantic's "unexpected end of hex escape", naming no field.
         (
             mutate("model", "bert\ud800"),
-            "p.json: not valid JSON (model holds a lone UTF-16 surrogate (\\ud800), which is no",
+            "p.json: not valid JSON (model holds \\ud800, an unpaired surrogate, not text)",
         ),
         (
             mutate("layers.1.name", "x\udfff"),
-            "(layers[1].name holds a lone UTF-16 surrogate (\\udfff)",
+            "(layers[1].name holds \\udfff, an unpaired surrogate, not text)",
         ),
     ],
 )

@@ -620,16 +620,18 @@ def parse_int(token: str) -> int | _Digits:
     return _Digits(digits) if digits > MAX_INT_DIGITS else int(token)
 
 
-def json_loads(text: str, **hooks: Any) -> Any:
+def json_loads(text: str, *, surrogates_checked: bool = True, **hooks: Any) -> Any:
     """json.loads(text, **hooks) of any JSON pipeplan reads, an integer of more than
     MAX_INT_DIGITS digits refused: TooManyDigits naming its field (twentieth round: Python's
-    advice to call sys.set_int_max_str_digits() was the message).
+    advice to call sys.set_int_max_str_digits() was the message); and a string or key holding
+    an unpaired surrogate (`"\\ud800"`, no text) a ValueError naming it.
 
         json_loads('{"max_length": 1' + "0" * 5000 + "}")
         # TooManyDigits: max_length is an integer of 5,001 digits; …
     """
     data = json.loads(text, parse_int=parse_int, **hooks)
-    surrogates = _SURROGATE_ESCAPE.search(text) is not None
+    # (`surrogates_checked=False`: a JSONL row's reader names the row's field itself)
+    surrogates = surrogates_checked and _SURROGATE_ESCAPE.search(text) is not None
     if not surrogates and _TOO_MANY_DIGITS.search(text) is None:  # the common case: no walk
         return data
     pending: list[tuple[tuple, Any]] = [((), data)]  # (key path, value), first on top
@@ -643,15 +645,15 @@ def json_loads(text: str, **hooks: Any) -> Any:
             )
         if surrogates and isinstance(value, str) and (lone := _LONE_SURROGATE.search(value)):
             raise ValueError(
-                f"{where or 'the value'} holds a lone UTF-16 surrogate "
-                f"(\\u{ord(lone[0]):04x}), which is no character"
+                f"{where or 'the value'} holds \\u{ord(lone[0]):04x}, an unpaired surrogate, "
+                "not text"
             )
         if isinstance(value, dict):
             for key in value:
                 if surrogates and (lone := _LONE_SURROGATE.search(key)):
                     raise ValueError(
-                        f"a key of {where or 'the top-level object'} holds a lone UTF-16 "
-                        f"surrogate (\\u{ord(lone[0]):04x}), which is no character"
+                        f"a key of {where or 'the top-level object'} holds "
+                        f"\\u{ord(lone[0]):04x}, an unpaired surrogate, not text"
                     )
             pending += [((*at, key), item) for key, item in value.items()][::-1]
         elif isinstance(value, list):
