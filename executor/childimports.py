@@ -59,6 +59,7 @@ _SENT: set[bytes] = set()  # in a reporting child: the lines written (a reload w
 # files under one name (a folder each put first on sys.path: the seventy-seventh round)
 _FOUND: dict[str, list[tuple[str | None, str]]] = {}
 _PROBLEMS: list[str] = []  # why a report may be missing (`problem`)
+_STUCK: set[tuple[str, int]] = set()  # reports whose lock `_take` waited for in vain
 _FAILED = "failed-"  # a mark a child leaves where it could not write its report
 
 
@@ -78,6 +79,7 @@ def watch(running: Sequence[Any]) -> None:
         _SENT.clear()
         _FOUND.clear()  # the forker's to collect, not this copy's
         _PROBLEMS.clear()
+        _STUCK.clear()
 
     os.register_at_fork(before=before, after_in_child=child)
 
@@ -248,7 +250,11 @@ def _take(path: str) -> bytes:
     except OSError:
         return b""
     try:
-        if not _locked(fd):
+        stuck = (path, os.fstat(fd).st_ino)
+        if stuck in _STUCK or not _locked(fd):
+            # Waited for once: every call into the data's code looks again (the seventy-
+            # eighth round: 10 s each, 221 s in all before the line)
+            _STUCK.add(stuck)
             _said(
                 f"a process it forked held its report locked for {LOCK_WAIT_S:.0f} s "
                 f"({path}: stopped as it wrote?)"
@@ -307,8 +313,12 @@ def forget() -> None:
         found()
         if not _REPORTS_FOLDER:
             break
+        folder = _REPORTS_FOLDER[0]
+        with contextlib.suppress(OSError):  # those left unread (a stuck child's): forgotten
+            for entry in os.listdir(folder):
+                os.unlink(os.path.join(folder, entry))
         try:
-            os.rmdir(_REPORTS_FOLDER[0])  # made again by the next fork in the data's code
+            os.rmdir(folder)  # made again by the next fork in the data's code
         except FileNotFoundError:
             break
         except OSError:
@@ -316,3 +326,4 @@ def forget() -> None:
         break
     _FOUND.clear()
     _PROBLEMS.clear()
+    _STUCK.clear()

@@ -2901,6 +2901,7 @@ RANK_STATE = frozenset(
         "executor.childimports._PROBLEMS",
         "executor.childimports._REPORT_TO",
         "executor.childimports._SENT",
+        "executor.childimports._STUCK",
         "executor.cache._OPENED",
         "executor.checkpoint._READ_FROM",
         "executor.data._ACTIVE",
