@@ -13,7 +13,7 @@ code that moves tempfile's folder meanwhile moves no report), and removed by it 
 forgets (`forget`: a new loading, its exit); a child never makes it, so one that outlives
 its forker's last look writes nothing (the seventy-seventh round: a child importing after
 the run made it again, and it stayed). One a process killed left is removed by the next
-command that starts ranks (`spawn._remove_left_scratch`). A child that cannot write its
+command that starts ranks (`spawn.remove_left_scratch`). A child that cannot write its
 report marks the folder so: the forker's `problem` says so, and data.json is not written without
 it. A child started afresh (the spawn and forkserver start methods) holds none of this: it is
 a new interpreter.
@@ -103,7 +103,7 @@ def _made() -> str | None:
 def _folder() -> str:
     """This process's folder's name (made by `_made`), after its maker (`spawn.owner_tag`):
     one a process left that ended without collecting it (killed, stopped) is removed by the
-    next pipeplan command that starts ranks (`spawn._remove_left_scratch`)."""
+    next pipeplan command that starts ranks (`spawn.remove_left_scratch`)."""
     if _NAMED.get("pid") != os.getpid():
         owner = owner_tag() or str(os.getpid())
         _NAMED.update(

@@ -375,6 +375,7 @@ from pipeplan.spawn import (
     address_space_capped,
     check_local_ranks,
     check_open_files,
+    remove_left_scratch,
 )
 from pipeplan.startup import (
     EXIT,
@@ -1170,6 +1171,7 @@ def main(argv: list[str] | None = None) -> None:
             enter_run(Path(args.run_dir), args.resume, world)
         except PipeplanError as exc:
             refuse_entry(exc, rank, console)
+        remove_left_scratch()  # what ranks of an earlier run left in TMPDIR, as `run_local`
     # A hand-given --log-dir is torchrun's rank's all the same: `pipeplan run` passes one too,
     # and only there does a launcher of ours say the rank's line (the fifty-eighth round: a
     # torchrun rank given --log-dir failed with no line on the console).
@@ -1955,6 +1957,9 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
             remove_run_caches(here)
             remove_report_rooms(here / "logs")
             remove_partial(here)  # and the checkpoint or model folder a killed rank 0 wrote
+        # And the scratch in TMPDIR of processes gone: a rank ended by a signal ran no exit
+        # callbacks, and its forked children's report folder stayed (the seventy-eighth round).
+        remove_left_scratch()
     return load(RunSummary, run_dir / "summary.json")
 
 

@@ -172,12 +172,12 @@ def scratch_directory(kind: str) -> Iterator[str]:
         prefix = f"pipeplan-{kind}-"
     else:
         prefix = f"pipeplan-{kind}-{tag}-"
-        _remove_left_scratch()
+        remove_left_scratch()
     with tempfile.TemporaryDirectory(prefix=prefix) as folder:
         yield folder
 
 
-def _remove_left_scratch() -> None:
+def remove_left_scratch() -> None:
     """The scratch folders of TMPDIR whose maker is gone (`owner_gone`), removed where they are
     this user's folders (not links) holding only `_SCRATCH_FILES`; a folder holding anything
     else keeps all of it."""
@@ -331,7 +331,7 @@ def run_ranks(
         try:
             _run_held(nproc, (os.getpid(), said, fn, *args), deadline_s, what, Path(said))
         finally:  # a rank killed or stopped left its forked children's reports (its folder)
-            _remove_left_scratch()
+            remove_left_scratch()
 
 
 def _run_held(nproc: int, args: tuple, deadline_s: float, what: str, said: Path) -> None:

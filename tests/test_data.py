@@ -900,7 +900,7 @@ def test_a_forker_that_ended_without_collecting_leaves_no_reports(tmp_path, monk
     import tempfile
 
     from executor import childimports
-    from pipeplan.spawn import _remove_left_scratch
+    from pipeplan.spawn import remove_left_scratch
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     made = (
@@ -916,7 +916,7 @@ def test_a_forker_that_ended_without_collecting_leaves_no_reports(tmp_path, monk
     )
     folder = done.stdout.strip()
     assert Path(folder, "123.jsonl").is_file(), done.stderr  # its maker ended, killed or not
-    _remove_left_scratch()
+    remove_left_scratch()
     assert list(tmp_path.iterdir()) == []
     childimports._write(folder, b'["late", null, "/x/late.py"]\n')  # a child outliving it
     assert list(tmp_path.iterdir()) == []

@@ -5190,6 +5190,46 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+KILLED_RANK_LOAD = """\
+import os, signal, torch
+def load():
+    child = os.fork()
+    if child == 0:  # reports its import to its forker's folder in TMPDIR
+        import rt78_helper
+        os._exit(0)
+    os.waitpid(child, 0)
+    if "LOCAL_RANK" in os.environ:  # a rank, killed: no exit callback of its runs
+        os.kill(os.getpid(), signal.SIGKILL)
+    x, y = torch.zeros(80, 1, 8, 8), torch.arange(80) % 10
+    return torch.utils.data.TensorDataset(x, y), torch.utils.data.TensorDataset(x, y)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_killed_ranks_import_reports_are_removed_as_its_run_ends(tmp_path):
+    """Found by the seventy-eighth round: a rank ended by a signal (Ctrl-C's SIGTERM after it,
+    kill -9) runs no exit callback, and the folder in TMPDIR where the children its data code
+    forked reported their imports stayed; later runs left it there too. The launcher removes
+    the scratch of processes gone as its ranks end."""
+    (tmp_path / "killed.py").write_text(KILLED_RANK_LOAD)
+    (tmp_path / "rt78_helper.py").write_text("K = 1\n")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    argv = shlex.split(
+        "run --nproc 1 --name x --model vit-digits --global-batch 16 --epochs 1 "
+        f"--max-steps-per-epoch 1 --data {tmp_path / 'killed.py'}:load "
+        f"--runs-dir {tmp_path / 'runs'}"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", *argv], capture_output=True, text=True, timeout=100,
+        cwd=Path(cli.__file__).resolve().parent, env={**os.environ, "TMPDIR": str(temp)},
+    )  # fmt: skip
+    assert done.returncode == 2 and "killed by SIGKILL" in done.stderr, done.stderr
+    left = [p.name for p in temp.iterdir() if p.name.startswith("pipeplan-")]
+    assert left == [], left
+
+
 CLOSING_LOAD = """\
 import os, torch
 def load():
