@@ -514,3 +514,38 @@ def check_library_log_levels() -> None:
                 f"the environment: {name}={quoted(given, 60)} is no {what} it takes "
                 f"({', '.join(levels)}); unset it or give one of them"
             )
+    given = os.environ.get("PYTHONWARNINGS", "")
+    for option in filter(None, (item.strip() for item in given.split(","))):
+        if (problem := _warning_filter_problem(option)) is not None:
+            # Python said so itself as this process started (that line comes first); every
+            # process pipeplan starts would say it again (the seventy-eighth round: three
+            # lines, and the run went on).
+            raise BadEnvironmentError(
+                f"the environment: PYTHONWARNINGS={quoted(given, 60)} holds a filter Python "
+                f"ignores ({problem}); unset it or correct it"
+            )
+
+
+def _warning_filter_problem(option: str) -> str | None:
+    """Why Python ignores the warning filter `option` (one item of PYTHONWARNINGS or -W:
+    action:message:category:module:lineno), in its own words, or None: `warnings._setoption`'s
+    checks, without setting the filter."""
+    import warnings
+
+    parts = option.split(":")
+    if len(parts) > 5:
+        return f"too many fields (max 5): {option!r}"
+    action, _, category, _, lineno = [*(p.strip() for p in parts), "", "", "", ""][:5]
+    try:
+        warnings._getaction(action)  # type: ignore[attr-defined]
+        warnings._getcategory(category)  # type: ignore[attr-defined]
+    except AttributeError:  # another Python's warnings: its own checks stand
+        return None
+    except Exception as exc:  # warnings._OptionError, or what importing a category raised
+        return str(exc).strip() or type(exc).__name__
+    try:
+        if lineno and int(lineno) < 0:
+            raise ValueError
+    except ValueError:
+        return f"invalid lineno {lineno}"  # (Python's words)
+    return None

@@ -328,6 +328,35 @@ def test_a_librarys_variable_it_cannot_read_is_one_error_line(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "value, python_said",
+    [
+        ("bogus", "invalid action: 'bogus'"),
+        ("default,ignore::NoSuchWarning", "unknown warning category: 'NoSuchWarning'"),
+        ("ignore::x.Warning", "invalid module name: 'x'"),
+        ("ignore:::m:-1", "invalid lineno -1"),
+    ],
+)
+def test_a_warning_filter_python_ignores_is_refused(tmp_path, monkeypatch, value, python_said):
+    """Found by the seventy-eighth round: `PYTHONWARNINGS=bogus` was Python's own line
+    "Invalid -W option ignored: …" once in each process of a run (three for `--nproc 2`),
+    and the run went on, exit 0. Python says it as the command's process starts, before any
+    code of pipeplan's runs: that line, then pipeplan's one, naming the variable, exit 2;
+    nothing started or written. Filters Python takes are not refused."""
+    monkeypatch.setenv("PYTHONWARNINGS", value)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = command(["models"])
+    assert code == 2 and err.splitlines() == [
+        f"Invalid -W option ignored: {python_said}",
+        f"pipeplan: error: the environment: PYTHONWARNINGS={value!r} holds a filter Python "
+        f"ignores ({python_said}); unset it or correct it",
+    ], err[-3000:]
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("PYTHONWARNINGS", "ignore::DeprecationWarning,default:::mod:+3,error")
+    assert command(["models"])[0] == 0
+
+
+@pytest.mark.timeout(120)
 def test_the_environment_line_names_the_variable_at_fault_and_no_secret(tmp_path, monkeypatch):
     """Found by the seventy-fifth round: the line quoted every variable of the library's set,
     the first four: an `HF_TOKEN` printed whole (and written to a rank's log), and four
