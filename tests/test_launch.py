@@ -2284,6 +2284,37 @@ def fake_launch(monkeypatch, exitcode: int):
     return ["run", "--model", "vit-digits", "--nproc", "1", "--name", "k"]
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_as_a_rank_runs_its_data_code_is_a_stop_not_the_datas_exit(signum):
+    """Found by the seventy-eighth round: a torchrun rank sent SIGTERM while a resume's checks
+    ran its data code (`len()`, `load()`) said "data …: len() of the train set exited (code
+    143)" and exited 2, blaming data that did nothing: its stop handler's `os._exit` was the
+    one data code's exits raise through (`exits_raised`). A rank's early stop handlers end
+    the process with its own exit: 143 or 130, nothing raised."""
+    code = (
+        "import os, signal\n"
+        "from executor import launch\n"
+        "from pipeplan.exits import exits_raised\n"
+        "handler = launch._stopped_as_it_starts if SIG == signal.SIGTERM else "
+        "lambda s, f: launch._EXIT(130)\n"
+        "signal.signal(SIG, handler)\n"
+        "try:\n"
+        "    with exits_raised():\n"
+        "        os.kill(os.getpid(), SIG)\n"
+        "except SystemExit as exc:\n"
+        "    print('raised', exc.code)\n"
+    )
+    if signum == signal.SIGINT:  # the rank's module-level handler, as installed
+        source = (ROOT / "executor" / "launch.py").read_text()
+        assert "lambda signum, frame: _EXIT(130)" in source
+    done = subprocess.run(
+        [sys.executable, "-c", f"import signal\nSIG = signal.{signum.name}\n{code}"],
+        capture_output=True, text=True, timeout=50, cwd=ROOT,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (128 + signum, ""), (done.stdout, done.stderr)
+
+
 @pytest.mark.parametrize(
     "exitcode, why", [(-signal.SIGTERM, "stopped by SIGTERM"), (130, "interrupted by SIGINT")]
 )
