@@ -85,8 +85,9 @@ def watch(running: Sequence[Any]) -> None:
 
 
 def _made() -> str | None:
-    """This process's folder, made at its first fork in the data's code, and a child's longest
-    report name tried there; None (and the `problem` said) where it cannot be."""
+    """This process's folder, made (again, after a `forget`) as it forks in the data's code,
+    and a child's longest report name tried there; None (and the `problem` said) where it
+    cannot be."""
     folder = _REPORTS_FOLDER[0] if _REPORTS_FOLDER else _folder()
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
@@ -204,10 +205,9 @@ def _write(folder: str, line: bytes) -> None:
 def found() -> dict[str, list[tuple[str | None, str]]]:
     """The modules this process's forked children reported importing since `forget`, by
     name: for each file imported under it, the module that imported it (None: installed code
-    alone) and the file. The
-    reports read are removed, and the folder once empty (a process that ends without its exit
-    callbacks leaves none behind); a child's mark that it could not write one, or a report
-    past MAX_REPORT_BYTES, is kept for `problem`."""
+    alone) and the file. The reports read are removed (the folder stays until `forget`); a
+    child's mark that it could not write one, a report past MAX_REPORT_BYTES, or one whose
+    lock a child held past LOCK_WAIT_S, is kept for `problem`."""
     if not _REPORTS_FOLDER:
         return _FOUND
     folder = _REPORTS_FOLDER[0]
