@@ -30,11 +30,6 @@ from __future__ import annotations
 import os
 import sys
 
-# The process's own exit, kept: while the data's code runs, `os._exit` raises SystemExit
-# (`exits.exits_raised`), and a stop handler's exit in a resume's checks was told as the
-# data's ("len() of the train set exited (code 143)": the seventy-eighth round).
-_EXIT = os._exit
-
 
 def working_directory_off_path() -> None:
     """A rank's first statement: the directory it was started in off sys.path, where `python
@@ -79,6 +74,11 @@ if __name__ == "__main__":
 import signal
 
 from executor import errorfile  # light: a rank reserves its report's room before the imports
+
+# The process's own exit (light too): while the data's code runs, `os._exit` raises SystemExit
+# (`exits.exits_raised`), and a stop handler's exit in a resume's checks was told as the
+# data's ("len() of the train set exited (code 143)": the seventy-eighth round).
+from pipeplan.startup import EXIT
 
 # The file `pipeplan run`'s launcher creates on Ctrl-C before it forwards SIGINT to the ranks
 # (`agent_scope`), named in the ranks' environment.
@@ -190,7 +190,7 @@ def _stopped_as_it_starts(signum: int, frame: object) -> None:
     rank = os.environ.get("RANK", "")
     if rank.isdigit():  # into the room `reserve` kept; the exit code is reported if it fails
         errorfile.write(int(rank), "stopped", time.time(), "stopped by SIGTERM")
-    _EXIT(128 + signum)
+    EXIT(128 + signum)
 
 
 if __name__ == "__main__":
@@ -200,7 +200,7 @@ if __name__ == "__main__":
     # traceback on the console. The launcher decides what an interrupt means and says it. One
     # ignored as the run started stays ignored (`kept_ignored`), as SIGTERM below.
     if not kept_ignored(signal.SIGINT):
-        signal.signal(signal.SIGINT, lambda signum, frame: _EXIT(130))  # EXIT_INTERRUPTED
+        signal.signal(signal.SIGINT, lambda signum, frame: EXIT(130))  # EXIT_INTERRUPTED
     # Under `pipeplan run` this process ignored SIGINT until now (RANK_SHELL): one forwarded
     # meanwhile was lost, but the launcher made its file first.
     # The mark is its launcher's alone (`under_pipeplan_run`, inline: defined below): under
@@ -383,7 +383,6 @@ from pipeplan.spawn import (
     remove_left_scratch,
 )
 from pipeplan.startup import (
-    EXIT,
     STOP_SIGNALS,
     first_arrived,
     forget_arrivals,

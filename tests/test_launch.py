@@ -2297,7 +2297,7 @@ def test_a_stop_as_a_rank_runs_its_data_code_is_a_stop_not_the_datas_exit(signum
         "from executor import launch\n"
         "from pipeplan.exits import exits_raised\n"
         "handler = launch._stopped_as_it_starts if SIG == signal.SIGTERM else "
-        "lambda s, f: launch._EXIT(130)\n"
+        "lambda s, f: launch.EXIT(130)\n"
         "signal.signal(SIG, handler)\n"
         "try:\n"
         "    with exits_raised():\n"
@@ -2307,7 +2307,7 @@ def test_a_stop_as_a_rank_runs_its_data_code_is_a_stop_not_the_datas_exit(signum
     )
     if signum == signal.SIGINT:  # the rank's module-level handler, as installed
         source = (ROOT / "executor" / "launch.py").read_text()
-        assert "lambda signum, frame: _EXIT(130)" in source
+        assert "lambda signum, frame: EXIT(130)" in source
     done = subprocess.run(
         [sys.executable, "-c", f"import signal\nSIG = signal.{signum.name}\n{code}"],
         capture_output=True, text=True, timeout=50, cwd=ROOT,
