@@ -498,8 +498,10 @@ _LIBRARY_LEVELS = {
 def check_library_log_levels() -> None:
     """A log level of torch's or transformers' that they cannot read is one error line, not
     their own unprefixed line on the console before pipeplan's (the seventy-fourth round:
-    `TORCH_CPP_LOG_LEVEL=bogus`, `TRANSFORMERS_VERBOSITY=bogus` said so and went on). `cli`
-    calls it before any command, a torchrun rank as it starts.
+    `TORCH_CPP_LOG_LEVEL=bogus`, `TRANSFORMERS_VERBOSITY=bogus` said so and went on); and a
+    `PYTHONWARNINGS` filter Python ignores, which every process a run starts said again.
+    `cli` calls it before any command, an API call as it begins, a torchrun rank as it
+    starts.
 
         check_library_log_levels()   # TRANSFORMERS_VERBOSITY=loud: BadArgumentError
     """
