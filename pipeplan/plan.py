@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from pydantic import Field
@@ -28,8 +28,10 @@ from pipeplan.costmodel import (
     Evaluation,
     StageReport,
     alike_key,
-    held_layers,
+    held_at,
+    held_ranges,
     placement_of,
+    rank_cells,
     same_placement,
 )
 from pipeplan.errors import BadArgumentError, PipeplanError
@@ -87,6 +89,14 @@ MAX_PHASE_LAYERS = 100_000
 # 1,000 layers the greedy's and 10 in all (0.4 s of a 14 s plan), 99 such phases none beyond
 # the greedy's own (`_over_the_schedule`).
 SCHEDULE_LAYER_EVALUATIONS = 200_000
+# What its shortest path may weigh (`_path_room`): it prices every pair of consecutive
+# candidates at every phase (× 2 each with the cache: cached and not), each pair costing
+# about PATH_PAIR_CELLS rank-map cells of fixed work plus its layout's cells. The seventy-
+# ninth round: a 10-layer model's 209 candidates of 256 cells each took 29 s on 256 nodes
+# (plans of a few devices weigh as many in a second or two); this bounds the path at about
+# 3 s of CPU here (134 candidates of 16 cells on 16 nodes: 2.6 s under load, all weighed).
+SCHEDULE_PATH_WORK = 40_000_000
+PATH_PAIR_CELLS = 50
 
 
 def _r(x: float) -> float:
@@ -393,20 +403,30 @@ def _over_the_schedule(
     placements = list(dict.fromkeys(placement_of(c.layout) for *_, c in greedy))
     others = dict.fromkeys(placement_of(e.layout) for e in found)
     # Each placement is simulated once per phase: a bounded number of them for long models
-    # and schedules (99 phases of 1,000 layers found 87), the greedy's first.
-    room = SCHEDULE_LAYER_EVALUATIONS // (len(greedy) * model.num_layers * (2 if cache else 1))
-    if len(placements) > room:
+    # and schedules (99 phases of 1,000 layers found 87), the greedy's first; and the path
+    # weighs pairs of them, a bounded number of those too for large rank maps.
+    variants = 2 if cache else 1
+    room = SCHEDULE_LAYER_EVALUATIONS // (len(greedy) * model.num_layers * variants)
+
+    def weighed(more: list[Layout]) -> int:
+        """How many of `more` can be weighed with the placements so far."""
+        path = _path_room(placements + more, len(greedy), variants) - len(placements)
+        return max(0, min(room - len(placements), path, len(more)))
+
+    if len(placements) > min(room, _path_room(placements, len(greedy), variants)):
         return greedy
-    placements += [p for p in others if p not in placements][: room - len(placements)]
+    more = [p for p in others if p not in placements]
+    placements += more[: weighed(more)]
     evaluated = {e.layout: e for e in found} | {c.layout: c.steady for *_, c in greedy}
-    moves: dict[tuple, list[tuple[tuple[int, ...], ...]]] = {}
+    moves = _Moves()
     greedy_total = sum(c.total_s(e) for _, e, c in greedy)
     best_total, chosen = _shortest_path(model, shape, cache, greedy, placements, evaluated, moves)
     # Widened until every layout a faster sequence could use was weighed (each search listed
     # all of its allowance) or the caps are reached: each round lists more per search, within
     # the allowance the best total so far leaves, which only shrinks.
     per_search, most = WIDENED_PER_SEARCH, WIDENED_MOST
-    while room > len(placements):  # else nothing widened could be weighed: not searched for
+    # (else nothing widened could be weighed, one no larger than those so far: not searched for)
+    while weighed(placements[-1:]):
         wider, every_one = _widened(
             model,
             shape,
@@ -419,8 +439,9 @@ def _over_the_schedule(
             per_search,
         )
         wider = [p for p in dict.fromkeys(wider) if p not in placements]
-        every_one = every_one and len(wider) <= min(most, room - len(placements))
-        wider = wider[: min(most, room - len(placements))]
+        limit = min(most, weighed(wider))
+        every_one = every_one and len(wider) <= limit
+        wider = wider[:limit]
         if wider:
             placements = placements + wider
             best_total, chosen = _shortest_path(
@@ -438,6 +459,19 @@ def _over_the_schedule(
         (start, epochs, replace(choice, runner_ups=_others(greedy_choice.runner_ups, choice, G)))
         for (start, epochs, greedy_choice), choice in zip(greedy, chosen, strict=True)
     ]
+
+
+def _path_room(placements: list[Layout], phases: int, variants: int) -> int:
+    """How many of `placements`, first first, the schedule-wide shortest path may weigh
+    over `phases` phases, each placement priced cached and not when `variants` is 2: within
+    SCHEDULE_PATH_WORK, a pair of candidates at a phase costing PATH_PAIR_CELLS plus the
+    largest rank map's cells: `_path_room(placements, 6, 2)` → 73, of 209 of 256 cells."""
+    most = 0
+    for n, placement in enumerate(placements):
+        most = max(most, rank_cells(placement.rank_map))
+        if phases * (variants * (n + 1)) ** 2 * (PATH_PAIR_CELLS + most) > SCHEDULE_PATH_WORK:
+            return n
+    return len(placements)
 
 
 def _others(runner_ups: list[Evaluation], choice: _Choice, per_node: int) -> list[Evaluation]:
@@ -551,7 +585,7 @@ def _shortest_path(
     greedy: list[tuple[int, int, _Choice]],
     placements: list[Layout],
     evaluated: dict[Layout, Evaluation],
-    moves: dict[tuple, list[tuple[tuple[int, ...], ...]]],
+    moves: _Moves,
 ) -> tuple[float, list[_Choice]]:
     """The cheapest sequence of `placements` over the phases of `greedy` (each with its
     phase's freeze point; cached where the cache can hit, and uncached) and its total.
@@ -587,9 +621,12 @@ def _shortest_path(
                 return best
         key = (previous.boundaries, previous.rank_map, layout.boundaries, layout.rank_map)
         key += (layout.frozen_layers,)
-        if key not in moves:
-            moves[key] = [m.rank_map for m in _moved_onto(model, previous, layout)]
-        for rank_map in moves[key]:
+        if key not in moves.offered:
+            found = _moved_onto(model, previous, layout, moves)
+            if found is None:  # past the work the plan's move searches may do
+                return best
+            moves.offered[key] = [m.rank_map for m in found]
+        for rank_map in moves.offered[key]:
             moved = layout.model_copy(update={"rank_map": rank_map})
             alike = replace(steady(layout), layout=moved)
             choice = priced_choice(model, shape, moved, previous, alike, uncached)
@@ -650,7 +687,28 @@ def _unplaced(layout: Layout) -> tuple:
     )
 
 
-def _moved_onto(model: CostModel, previous: Layout, layout: Layout) -> list[Layout]:
+# What `_moved_onto` may weigh, in cells × ranks weighed (the [cell, rank] arrays it builds): in
+# one search, and in all of a plan's. The seventy-ninth round: with a global batch of 16,384
+# on 4,096 nodes of 8, 74 searches of some 16,000 cells took 55 s and 2.8 GB. Past either, the
+# layout keeps the solver's ranks (its move priced from them). A plan of vit-digits on 256
+# nodes weighs 1,283 searches, 37 M in all (3 s here under load, all it asks); on 100,000
+# nodes each of a preview's plans stops at the limit (5 s).
+MOVE_SEARCH_CELLS = 1 << 22
+MOVE_SEARCH_WORK = 50_000_000
+
+
+@dataclass
+class _Moves:
+    """The rank maps `_moved_onto` offered a plan, by the move (`priced`), and the work its
+    searches have left (MOVE_SEARCH_WORK)."""
+
+    offered: dict[tuple, list[tuple[tuple[int, ...], ...]]] = field(default_factory=dict)
+    left: int = MOVE_SEARCH_WORK
+
+
+def _moved_onto(
+    model: CostModel, previous: Layout, layout: Layout, moves: _Moves | None = None
+) -> list[Layout] | None:
     """`layout` on other ranks, priced alike for its step, that receive less moving from
     `previous` (§4.12): `for moved in _moved_onto(model, previous, layout): ...`. A step's
     price reads each cell's node alone, node names aside (`costmodel._priced_alike`): the
@@ -662,19 +720,37 @@ def _moved_onto(model: CostModel, previous: Layout, layout: Layout) -> list[Layo
     receive least at most, then each of its cells to a rank of it likewise (`_bottleneck`:
     the busiest receiver bounds the move), with the node map only where every row's nodes
     stay in order and each row's ranks sorted, as the executor runs them; rows that are
-    `previous`'s in its order (its groups kept). Empty when none can receive less."""
+    `previous`'s in its order (its groups kept). Empty when none can receive less; None
+    when the search would weigh more than `moves` has left (MOVE_SEARCH_CELLS at most)."""
     G = model.cluster.devices_per_node
     ranks = np.asarray(layout.rank_map, dtype=np.int64)
+    flat = ranks.reshape(-1)
     b = np.asarray(layout.boundaries)
     first = np.broadcast_to(b[:-1], ranks.shape).reshape(-1)
     stop = np.broadcast_to(b[1:], ranks.shape).reshape(-1)
     prefix = model.moved_prefix(layout.frozen_layers)
-    held_first, held_stop = held_layers(previous, model.cluster.num_devices)
-    # [cell, rank]: what the rank would receive if it ran the cell.
-    low = np.maximum(first[:, None], held_first[None, :])
-    high = np.maximum(np.minimum(stop[:, None], held_stop[None, :]), low)
-    received = (prefix[stop] - prefix[first])[:, None] - (prefix[high] - prefix[low])
-    cells = np.arange(ranks.size)
+    held = held_ranges(previous)
+    held_ranks = held[0]
+    node = flat // G
+    used = np.unique(node)
+    columns = _weighed_ranks(held_ranks, used, np.bincount(node).max(), model.cluster)
+    work = flat.size * len(columns)
+    if moves is not None:
+        if work > min(moves.left, MOVE_SEARCH_CELLS):
+            return None
+        moves.left -= work
+    column_first, column_stop = held_at(held, columns)
+    # [cell, column]: what the column's rank would receive if it ran the cell.
+    low = np.maximum(first[:, None], column_first[None, :])
+    high = np.maximum(np.minimum(stop[:, None], column_stop[None, :]), low)
+    whole = prefix[stop] - prefix[first]
+    received = whole[:, None] - (prefix[high] - prefix[low])
+
+    def receives(cells: np.ndarray, onto: np.ndarray) -> np.ndarray:
+        """What each of `cells` receives on its rank of `onto` (one that held nothing: all)."""
+        i = np.minimum(np.searchsorted(columns, onto), len(columns) - 1)
+        return np.where(columns[i] == onto, received[cells, i], whole[cells])
+
     moved: list[Layout] = []
 
     def add(rank_map: tuple[tuple[int, ...], ...]) -> None:
@@ -685,33 +761,57 @@ def _moved_onto(model: CostModel, previous: Layout, layout: Layout) -> list[Layo
             moved.append(layout.model_copy(update={"rank_map": rank_map}))
 
     add(layout.rank_map)
-    if received[cells, ranks.reshape(-1)].max() <= received.min(axis=1).max():
+    cells = np.arange(flat.size)
+    least = received.min(axis=1).max()
+    if receives(cells, flat).max() <= least:
         return moved  # no rank map receives less at its busiest
-    node = ranks.reshape(-1) // G
-    used = np.unique(node)
-    # [used node, node]: the most a cell of the one would receive on its best rank of the other.
-    on_node = received.reshape(ranks.size, -1, G).min(axis=2)
+    # [cell, weighed node]: the least a cell would receive on a rank of the node.
+    column_node = columns // G
+    node_starts = np.flatnonzero(np.r_[True, np.diff(column_node) != 0])
+    nodes = column_node[node_starts]
+    on_node = np.minimum.reduceat(received, node_starts, axis=1)
+    # [used node, weighed node]: the most a cell of the one would receive on the other.
     order = np.argsort(node, kind="stable")
     starts = np.flatnonzero(np.r_[True, np.diff(node[order]) != 0])
     worst = np.maximum.reduceat(on_node[order], starts, axis=0)
-    onto = np.arange(model.cluster.nodes)
-    onto[used] = _bottleneck(worst)
+    onto = nodes[_bottleneck(worst)][np.searchsorted(used, node)]
     # Else the nodes as they are: a row's nodes would go out of order.
-    if not (np.diff(onto[node].reshape(ranks.shape), axis=1) >= 0).all():
-        onto = np.arange(model.cluster.nodes)
+    if not (np.diff(onto.reshape(ranks.shape), axis=1) >= 0).all():
+        onto = node
     # Each cell on its device of the node it goes to, unless another receives less at most
     # there than the least the busiest receiver needs (on a large cluster, most nodes).
-    new = onto[node] * G + ranks.reshape(-1) % G
-    least = received.min(axis=1).max()
+    new = onto * G + flat % G
     for u in used:
         mine = np.flatnonzero(node == u)
-        if received[mine, new[mine]].max() <= least:
+        if receives(mine, new[mine]).max() <= least:
             continue
-        devices = onto[u] * G + np.arange(G)
-        new[mine] = devices[_bottleneck(received[np.ix_(mine, devices)])]
+        j = np.searchsorted(nodes, onto[mine[0]])
+        there = slice(node_starts[j], node_starts[j + 1] if j + 1 < len(nodes) else None)
+        new[mine] = columns[there][_bottleneck(received[mine, there])]
     # Nodes in order along each row: sorting a row keeps each stage on its node.
     add(tuple(map(tuple, np.sort(new.reshape(ranks.shape), axis=1).tolist())))
     return moved
+
+
+def _weighed_ranks(
+    held: np.ndarray, used: np.ndarray, per_node: int, cluster: Cluster
+) -> np.ndarray:
+    """The ranks `_moved_onto` weighs, sorted: every one that held layers (`held`), and on
+    every node it weighs as many others as a node of the layout holds cells (`per_node`);
+    it weighs the nodes that held layers, the layout's own (`used`) and as many others as
+    the layout uses. Ranks and nodes that held nothing receive alike, a cell's all, so those
+    are enough for any assignment; weighing all of them made a plan on 100,000 nodes
+    build [cell, rank] arrays of gigabytes (the seventy-ninth round)."""
+    G = cluster.devices_per_node
+    weighed = np.union1d(held // G, used)
+    # The first nodes that held nothing and the layout does not use: as many as it uses.
+    spare = np.setdiff1d(np.arange(min(cluster.nodes, len(weighed) + len(used))), weighed)
+    weighed = np.union1d(weighed, spare[: len(used)])
+    # On each: its first ranks, enough that as many of them held nothing as `per_node`.
+    holding = np.bincount(np.searchsorted(weighed, held // G), minlength=len(weighed))
+    counts = np.minimum(G, per_node + holding)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return np.union1d(held, np.repeat(weighed * G, counts) + offsets)
 
 
 def _bottleneck(cost: np.ndarray) -> np.ndarray:
@@ -1069,10 +1169,10 @@ def check_plan_prices(plan: Plan, profile: Profile, where: str) -> None:
             pairs += [
                 (f"stages[{s}].{f}", getattr(stage, f), getattr(price, f)) for f in STAGE_PRICES
             ]
-        for field, recorded, price in pairs:
+        for name, recorded, price in pairs:
             if not math.isclose(recorded, price, rel_tol=PRICE_REL_TOL, abs_tol=1e-12):
                 raise BadArgumentError(
-                    f"{where}: phase {i}: {field} {recorded!r} is not what its layout "
+                    f"{where}: phase {i}: {name} {recorded!r} is not what its layout "
                     f"({phase.layout.label()}) prices to from the plan's profile and cluster, "
                     f"{price!r}; {redo}"
                 )

@@ -815,3 +815,53 @@ def test_a_later_phase_moves_onto_the_ranks_that_hold_its_layers():
         totals.append(sum(p.total_s for p in priced))
     assert plan.predicted_total_s == pytest.approx(min(totals), rel=1e-9), totals
     assert max(totals) > 1.1 * min(totals)  # rank 0 is the costly one
+
+
+def test_a_move_search_weighs_the_same_ranks_on_any_larger_cluster():
+    """Found by the seventy-ninth round: `_moved_onto` built [cell, rank] arrays over every
+    rank of the cluster, and a plan on 100,000 nodes took minutes and gigabytes. It now weighs
+    the ranks that held layers and as many of those that held none as an assignment can use
+    (they all receive alike). Each random pair of layouts on 3 × 2, 4 × 1 or 2 × 3 devices is
+    offered the same rank maps, priced the same, with 100,000 idle nodes added."""
+    import random
+    from importlib import resources
+
+    from pipeplan.formats import Profile, load
+    from pipeplan.plan import _moved_onto
+
+    with resources.as_file(resources.files("profiles") / "bert-synth@cpu-1t.json") as path:
+        profile = load(Profile, path)
+    rng = random.Random(79)
+    L = len(profile.layers)
+
+    def random_layout(devices: int) -> Layout:
+        S = rng.randint(1, min(3, devices))
+        D = rng.randint(1, devices // S)
+        cuts = sorted(rng.sample(range(1, L), S - 1))
+        ranks = rng.sample(range(devices), S * D)
+        rows = tuple(tuple(sorted(ranks[d * S : (d + 1) * S])) for d in range(D))
+        frozen = rng.randint(0, cuts[0] if cuts else L - 1)
+        return Layout(
+            boundaries=(0, *cuts, L),
+            rank_map=rows,
+            micro_batches=1,
+            micro_batch_size=1,
+            schedule="gpipe",
+            frozen_layers=frozen,
+            cached=False,
+        )
+
+    offered = 0
+    for nodes, G in [(3, 2), (4, 1), (2, 3)]:
+        small = cluster_from_flags(nodes=nodes, devices_per_node=G, device_memory="8GiB")
+        large = small.model_copy(update={"nodes": nodes + 100_000})
+        models = CostModel(profile, small), CostModel(profile, large)
+        for _ in range(60):
+            previous, layout = random_layout(nodes * G), random_layout(nodes * G)
+            found = [_moved_onto(model, previous, layout) for model in models]
+            assert [m.rank_map for m in found[0]] == [m.rank_map for m in found[1]]
+            for moved in found[0]:
+                prices = [model.move_s(previous, moved) for model in models]
+                assert prices[0] == prices[1]
+            offered += len(found[0])
+    assert offered > 20  # the pairs exercised searches that found other ranks
