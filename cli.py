@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from types import FrameType
 from typing import Annotated, Any
 
@@ -50,6 +51,7 @@ from pipeplan.errors import (
     memory_failure,
     quoted,
     tempdir_failure,
+    working_directory_failure,
 )
 from pipeplan.exits import command_process, exit_done, ignored_line, run_exit_callbacks
 from pipeplan.fileio import OUTPUT_WRITTEN
@@ -921,13 +923,35 @@ def _check_address_space(command: str) -> None:
 def _check_working_directory() -> None:
     """The folder pipeplan was started in still exists: deleted (`rm -rf` from another
     terminal), loading torch printed "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so"
-    and ended the process (the thirty-second round), and every relative path would fail."""
+    and ended the process (the thirty-second round), and every relative path would fail.
+    Removed later, as the command runs, its failure is said as that (`_removed_directory_said`).
+    """
+    if (gone := working_directory_failure()) is not None:
+        raise gone
+
+
+@contextlib.contextmanager
+def _removed_directory_said() -> Iterator[None]:
+    """A failure of the command while its working directory is gone is said as that, first:
+    removed as `pipeplan run` checked its data, torch's import and a relative path's abspath
+    raised FileNotFoundError, 131 lines of tracebacks (the seventy-ninth round), and a rank
+    that failed for it was "exited with code 1". A user's error keeps its message after it.
+
+        with _removed_directory_said():
+            command.main(…)   # `rm -rf` of the directory meanwhile: BadArgumentError
+    """
     try:
-        os.getcwd()
-    except FileNotFoundError:
-        raise BadArgumentError(
-            "the current directory no longer exists (deleted or moved away): cd to one that does"
-        ) from None
+        yield
+    except _USAGE_ERRORS:
+        raise
+    except Exception as exc:
+        if (gone := working_directory_failure()) is None:
+            raise
+        if isinstance(exc, PipeplanError) and str(gone) in str(exc):
+            raise  # said already (a rank's import_failure)
+        if isinstance(exc, PipeplanError):
+            raise type(gone)(f"{gone}; {exc}") from exc
+        raise gone from exc
 
 
 def _check_help(args: list[str]) -> None:
@@ -1113,7 +1137,10 @@ def main(argv: list[str] | None = None) -> int:
             log.bound_console_size()
             # One call at a time in the process, as the API's (a data function's
             # `pipeplan.run` under `pipeplan run` trained a whole inner run: the sixtieth round).
-            with one_call(f"the command `pipeplan {next(iter(args), '')}`"):
+            with (
+                one_call(f"the command `pipeplan {next(iter(args), '')}`"),
+                _removed_directory_said(),
+            ):
                 result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         code = result if isinstance(result, int) else 0
         if code == 0:  # what the data code's threads wrote, once the command succeeded

@@ -178,6 +178,25 @@ def kept_ignored(signum: int) -> bool:
     return signum != signal.SIGINT or not ours or not os.environ.get(INTERRUPTED)
 
 
+def ended_if_directory_removed() -> None:
+    """A rank whose working directory is gone ends here, as it starts: in its imports torch's
+    oneMKL ended it with "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so" and torch's
+    _dynamo raised FileNotFoundError, a traceback on the console (the seventy-ninth round).
+    Silently under `pipeplan run`, whose launcher, in the same directory, says it (`cli`);
+    torchrun's rank says its one line. Light: no torch.
+
+        ended_if_directory_removed()   # `rm -rf` of it meanwhile: exit 1 (2 under torchrun)
+    """
+    from pipeplan.errors import working_directory_failure
+
+    if (gone := working_directory_failure()) is None:
+        return
+    if os.environ.get(LAUNCHER_PID) != str(os.getppid()):  # torchrun's (`under_pipeplan_run`)
+        sys.stderr.write(f"pipeplan: error: {named_rank()}{gone}\n")
+        os._exit(2)  # bad input, as every refusal of the environment
+    os._exit(1)  # faults.EXIT_FAILED (not imported yet)
+
+
 def _stopped_as_it_starts(signum: int, frame: object) -> None:
     """A rank's SIGTERM until it trains: its report (`faults.Report`'s format, written by
     `errorfile` with the standard library alone: the imports are still under way), then exit
@@ -222,9 +241,12 @@ if __name__ == "__main__":
         errorfile.reserve()
     if not kept_ignored(signal.SIGTERM):
         signal.signal(signal.SIGTERM, _stopped_as_it_starts)  # until `main` puts the default back
+    # Not into torch's oneMKL with the directory gone: it ends the process with its own line.
+    ended_if_directory_removed()
     try:  # torch's own imports read its environment (TORCH_LOGS=bogus: a 50-line traceback)
         import torch.distributed
     except Exception as exc:  # (the seventy-fourth round): one line, as the command's
+        ended_if_directory_removed()  # torch._dynamo reads it as it is imported
         from pipeplan.errors import import_failure
 
         if (failure := import_failure(exc)) is None:
@@ -323,6 +345,7 @@ from pipeplan.errors import (
     PipeplanError,
     Stopped,
     quoted,
+    working_directory_failure,
 )
 from pipeplan.exits import exit_done, exits_raised, run_exit_callbacks
 from pipeplan.fileio import (
@@ -1144,7 +1167,11 @@ def main(argv: list[str] | None = None) -> None:
     # The training code comes in here, not at the module's top: `pipeplan run`'s own process
     # imports this module to launch and never trains (torch's pipelining and transformers
     # took it ~3 s of CPU, the parent of every run and resume).
-    from executor.worker import named_lost, named_silent
+    try:
+        from executor.worker import named_lost, named_silent
+    except Exception:  # torch's _dynamo reads the working directory as it is imported
+        ended_if_directory_removed()
+        raise
 
     if _IMPORTS_UNCOLLECTED:  # the training code is in: collected from now on, its imports aside
         import gc
@@ -1900,6 +1927,10 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     """Train on `cfg.nproc` ranks of this host, started by torch's elastic launcher; returns
     the summary rank 0 wrote. RankFailedError names the rank that failed first; Ctrl-C raises
     Interrupted once every rank is gone."""
+    # Before any rank starts: in a working directory removed meanwhile their shell printed
+    # "sh: 0: getcwd() failed" and torch's oneMKL its fatal line (the seventy-ninth round).
+    if (gone := working_directory_failure()) is not None:
+        raise gone
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
     args = [*RANK_SHELL[1:], sys.executable, "-u", *SAFE_PATH, "-m", "executor.launch"]

@@ -191,10 +191,38 @@ _LIBRARY_VARIABLES = {
 }
 
 
+def working_directory_failure() -> BadArgumentError | None:
+    """The one-line error a working directory that no longer exists is, or None where it
+    exists. Found by the seventy-ninth round: removed as `pipeplan run` checked its data,
+    torch's import (`os.getcwd()` in torch._dynamo's config) and a relative path's
+    `os.path.abspath` raised, and the command printed 131 lines of chained tracebacks; removed
+    as the ranks started, their shell and torch's oneMKL printed lines of their own. Named as
+    Linux keeps it (/proc/self/cwd, " (deleted)" cut off), where it can be read.
+
+        working_directory_failure()   # after `rm -rf /tmp/d` from another terminal:
+        # BadArgumentError("the working directory was removed (/tmp/d): run pipeplan from …")
+    """
+    import os
+
+    try:
+        os.getcwd()
+        return None
+    except FileNotFoundError:
+        pass
+    try:
+        where = os.readlink("/proc/self/cwd").removesuffix(" (deleted)")
+    except OSError:  # not Linux: the folder's name is not known
+        where = ""
+    named = f" ({excerpt(one_line(where))})" if where.startswith("/") else ""
+    return BadArgumentError(
+        f"the working directory was removed{named}: run pipeplan from a folder that exists"
+    )
+
+
 _INSTALL_FOLDERS = ("site-packages", "dist-packages")
 
 
-def import_failure(exc: BaseException) -> BadEnvironmentError | None:
+def import_failure(exc: BaseException) -> BadArgumentError | None:
     """The one-line error an exception raised by an installed library's own code as it was
     imported is (a module's top-level code, `<module>`: where libraries read their
     environment variables), or None. Found by the seventy-fourth round: `TORCH_LOGS=bogus`,
@@ -213,6 +241,8 @@ def import_failure(exc: BaseException) -> BadEnvironmentError | None:
 
     if isinstance(exc, PipeplanError | KeyboardInterrupt | MemoryError):
         return None
+    if (gone := working_directory_failure()) is not None:  # no variable's fault: torch._dynamo
+        return gone  # reads os.getcwd() as it is imported
     import sys
 
     # Where libraries are installed: this environment's, and those of the interpreter it was
@@ -220,13 +250,16 @@ def import_failure(exc: BaseException) -> BadEnvironmentError | None:
     # were none of its own and a bad TORCH_LOGS was a traceback again).
     installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
     installed |= {p for p in sys.path if type(p) is str and os.path.basename(p) in _INSTALL_FOLDERS}
-    folders = tuple(os.path.join(os.path.realpath(p), "") for p in installed)
+    folders = tuple(os.path.join(os.path.realpath(p), "") for p in installed if os.path.isabs(p))
     library = None
     tb = exc.__traceback__
     while tb is not None:  # the innermost top-level code of a library's module
         code = tb.tb_frame.f_code
-        file = os.path.realpath(code.co_filename)
-        if code.co_name == "<module>" and file.startswith(folders):
+        # An installed module's file name is absolute; `<frozen importlib._bootstrap>` is no
+        # path, and realpath() made it one of the working directory's.
+        absolute = os.path.isabs(code.co_filename)
+        file = os.path.realpath(code.co_filename) if absolute else code.co_filename
+        if code.co_name == "<module>" and absolute and file.startswith(folders):
             library = next(file[len(f) :].split(os.sep)[0] for f in folders if file.startswith(f))
         tb = tb.tb_next
     if library is None:

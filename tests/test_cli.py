@@ -1701,8 +1701,8 @@ def test_a_working_directory_deleted_before_the_command_is_one_line(tmp_path):
     )
     assert done.returncode == 2 and done.stdout == "", done
     assert done.stderr.splitlines() == [
-        "pipeplan: error: the current directory no longer exists (deleted or moved away): "
-        "cd to one that does"
+        f"pipeplan: error: the working directory was removed ({gone}): run pipeplan from a "
+        "folder that exists"
     ], done.stderr
     assert list(tmp_path.iterdir()) == []
 

@@ -524,3 +524,63 @@ def test_tempfile_s_failure_names_the_file_size_limit_or_the_folders(monkeypatch
     said = str(tempdir_failure(failed))
     assert said.startswith("no temporary file can be written in TMPDIR ('/nowhere'), /tmp")
     assert tempdir_failure(FileNotFoundError(2, "No such file")) is None
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["plan", "--profile", PROFILE, "--out", "p.json"],  # relative: into the removed one
+        ["run", "--nproc", "1", "--name", "r", "--runs-dir", "{tmp}/runs"],
+    ],
+    ids=["plan", "run"],
+)
+def test_a_working_directory_removed_as_the_command_runs_is_one_line(tmp_path, args):
+    """Found by the seventy-ninth round: the working directory removed as `pipeplan run`
+    checked its data (after the command's own check of it) printed 131 lines of chained
+    tracebacks, exit 1: torch._dynamo's `os.getcwd()` as it was imported, then
+    `import_failure`'s realpath of `<frozen importlib._bootstrap>`. Removed here once the
+    command's check has passed (its first import of torch): one line naming it, exit 2."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = (
+        "import os, sys, torch.nn\n"
+        "import cli\n"
+        "real = cli._check_working_directory\n"
+        f"def removed(): real(); os.rmdir({str(gone)!r})\n"
+        "cli._check_working_directory = removed\n"
+        "sys.argv = ['pipeplan', *sys.argv[1:]]\n"
+        "cli.entry()\n"
+    )
+    argv = [sys.executable, "-c", code, *(a.replace("{tmp}", str(tmp_path)) for a in args)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(argv, cwd=gone, env=env, capture_output=True, text=True, timeout=100)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+    assert lines[0] == (
+        f"pipeplan: error: the working directory was removed ({gone}): run pipeplan from a "
+        "folder that exists"
+    )
+    assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
+
+
+def test_import_failure_with_the_working_directory_gone_names_it(tmp_path, monkeypatch):
+    """The same round: `import_failure` took realpath() of every frame's file name, and
+    `<frozen importlib._bootstrap>` is none: with the directory gone it raised, its own
+    FileNotFoundError chained over the import's."""
+    from pipeplan.errors import import_failure
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    try:
+        exec(
+            compile("raise FileNotFoundError(2, 'No such file or directory')", "<frozen x>", "exec")
+        )
+    except FileNotFoundError as exc:
+        said = str(import_failure(exc))
+    assert (
+        said
+        == f"the working directory was removed ({gone}): run pipeplan from a folder that exists"
+    )
