@@ -2625,11 +2625,23 @@ def _same_files(given: RunConfig, saved: RunConfig, field: str) -> bool:
     )
 
 
-def resumed_config(saved: RunConfig, given: dict[str, Any]) -> RunConfig:
-    """`resumed_config(saved, {"epochs": 8})`: the saved configuration with the flags given to
-    `--resume` applied (RESUME_FLAGS), validated as a fresh run's; BadArgumentError naming the
-    first flag that cannot be applied."""
+def resumed_config(
+    saved: RunConfig, given: dict[str, Any], run_dir: Path | None = None
+) -> RunConfig:
+    """`resumed_config(saved, {"epochs": 8}, Path("runs/exp1"))`: the saved configuration with
+    the flags given to `--resume` applied (RESUME_FLAGS), validated as a fresh run's;
+    BadArgumentError naming the first flag that cannot be applied. With `run_dir`, the run's
+    folder, a flag the run left to its model (OWN_SETTINGS) given as the model's own that the
+    run took (`own_setting`) is no change either: run.json keeps its null."""
     changed = {k: v for k, v in given.items() if getattr(saved, k, None) != v}
+    owns: dict[str, tuple[Any, str]] = {}  # field → `own_setting`, read where a flag gives it
+    for field in [f for f in changed if f in OWN_SETTINGS and getattr(saved, f) is None]:
+        # `--task classification` beside a run that took classification from its data was
+        # refused as a change of a null (the task, sequence length and dropout alike).
+        if run_dir is not None:
+            owns[field] = own_setting(run_dir, saved, field)
+            if owns[field][0] is not None and owns[field][0] == changed[field]:
+                del changed[field]
     for field in [f for f in changed if f not in RESUME_FLAGS and f != "freeze"]:
         # (`freeze` below: `0,0,0` and `0,1` are both freeze=list, which this compared alone)
         # A path as the run was started (`--data train.jsonl`), which run.json holds absolute
@@ -2654,9 +2666,11 @@ def resumed_config(saved: RunConfig, given: dict[str, Any]) -> RunConfig:
             flag = flag_of(RunConfig, field)
             allowed = ", ".join(flag_of(RunConfig, f) for f in RESUME_FLAGS)
             was = saved_setting(saved, field)
+            # What the run took where it left the flag out: "left out" alone named no value.
+            own = f": the model's own, {owns[field][1]}" if field in owns else ""
             raise BadArgumentError(
-                f"{flag}: --resume continues the run as it was saved ({was} in its run.json) "
-                f"and cannot change {flag} (only {allowed}); start a new run for that"
+                f"{flag}: --resume continues the run as it was saved ({was} in its run.json"
+                f"{own}) and cannot change {flag} (only {allowed}); start a new run for that"
             )
     if changed.get("epochs", saved.epochs) < saved.epochs:
         raise BadArgumentError(
@@ -2664,6 +2678,46 @@ def resumed_config(saved: RunConfig, given: dict[str, Any]) -> RunConfig:
             "not remove them"
         )
     return build(RunConfig, {**saved.model_dump(), **changed})
+
+
+# The flags a run may leave to its model ("the model's own": null in run.json), each taken as
+# the run was prepared and recorded where a resume holds it (`own_setting`).
+OWN_SETTINGS = ("task", "seq_len", "dropout")
+
+
+def own_setting(run_dir: Path, saved: RunConfig, field: str) -> tuple[Any, str]:
+    """What the run at `run_dir` (its run.json `saved`) took for `field` of OWN_SETTINGS, left
+    out when it started: the value a flag equal to it gives (None where no flag gives it), and
+    the words a refusal names it in.
+
+        own_setting(Path("runs/exp1"), saved, "task")      # ("classification", "classification")
+        own_setting(Path("runs/exp1"), saved, "seq_len")   # (32, "32")
+        own_setting(Path("runs/exp1"), saved, "dropout")   # (0.1, "0.1")
+
+    The task and the sequence length are the run's profile.json's (RUN_PROFILE): the input
+    it was prepared for, which a resume holds the model it builds to (`check_profile_fits`);
+    the task follows the data too, so the model alone does not say it. The dropout is the
+    model's config (`models.own_dropouts`), which a profile does not hold a run to (only its
+    shape), the folder's config.json held to the run first as `check_run_model` holds it:
+    one value where every dropout key has it, else none (any --dropout sets them all alike).
+    """
+    from executor.planning import check_model_config
+    from pipeplan import models
+
+    if field == "dropout":
+        check_model_config(saved)  # edited since the run: not the dropout it took
+        own = models.own_dropouts(saved.model)
+        values = set(own.values())
+        if len(values) == 1:
+            (value,) = values
+            return value, json.dumps(value)
+        return None, ", ".join(f"{key} {json.dumps(value)}" for key, value in own.items())
+    model = load(Profile, run_dir / RUN_PROFILE).model
+    if field == "task":
+        return model.task, model.task
+    if model.input_dtype != "int64":  # an image model's input is its images' size
+        return None, "none for an image model"
+    return model.input_shape[0], str(model.input_shape[0])
 
 
 def saved_setting(saved: RunConfig, field: str) -> str:
@@ -2788,7 +2842,7 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
         # The flags given mean something beside the run's own settings, not beside their
         # defaults (`--init` was refused "with --model vit-digits" for a run of a model folder).
         check_needs_against(RunConfig, given or {}, saved, str(path / "run.json"))
-        cfg = resumed_config(saved, given or {})
+        cfg = resumed_config(saved, given or {}, path)
         records = check_resume(path, saved, cfg)
     mend_torn_tail(path / "run.jsonl", records)
     pending = path / PENDING_CONFIG

@@ -852,6 +852,25 @@ def config_labels(name_or_path: str) -> int:
     return label_count(_resolve(name_or_path).config)
 
 
+def own_dropouts(name_or_path: str) -> dict[str, Any]:
+    """The dropout probabilities `name_or_path` is built with when `build` is given none (a
+    run that left --dropout out): each key `build(dropout=…)` sets (`Family.dropout`), as
+    transformers reads the config (the family's default for a key it leaves out). A head's
+    classifier_dropout null drops as the hidden layers do (transformers' rule for BERT,
+    RoBERTa and ELECTRA), so it is said as that value: the model trains the same either way.
+
+        own_dropouts("bert-synth")   # {"hidden_dropout_prob": 0.1, …, "classifier_dropout": 0.1}
+        own_dropouts("gpt2-tiny")    # {"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}
+    """
+    source = _resolve(name_or_path)
+    with _building(name_or_path):  # a config transformers cannot read: one line, as `build`'s
+        config = transformers_config(source.family, dict(source.config))
+    own = {key: getattr(config, key) for key in FAMILIES[source.family].dropout}
+    if "classifier_dropout" in own and own["classifier_dropout"] is None:
+        own["classifier_dropout"] = own["hidden_dropout_prob"]
+    return own
+
+
 def generation_config_path(name_or_path: str) -> Path | None:
     """The generation_config.json a model folder's build reads (`_generation_config`), there
     or not; None for a built-in name.

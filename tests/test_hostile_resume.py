@@ -5107,3 +5107,107 @@ def test_a_torchrun_rank_given_a_log_dir_says_its_failure_on_the_console(tmp_pat
     assert done.returncode != 0 and len(lines) == 1, done.stderr[-3000:]
     assert lines[0].startswith("pipeplan: error: rank 0: ") and "data is gone" in lines[0]
     assert "the ranks' data is gone" in (logs / "rank-0.log").read_text()
+
+
+# A text run that left --task, --seq-len and --dropout to its model (null in run.json), as
+# MID_EPOCH: `_interrupted` leaves a copy with its last step to train, resumed without flags.
+TEXT_MID_EPOCH = ["--model", "bert-synth", *MID_EPOCH]
+# (the flag, the value bert-synth's run took: its profile's input and task, its config's
+# dropouts, classifier_dropout null dropping as the hidden ones do; another value)
+OWN_SETTINGS = {
+    "--task": ("classification", "causal-lm"),
+    "--seq-len": ("32", "16"),
+    "--dropout": ("0.1", "0.2"),
+}
+
+
+@pytest.fixture(scope="module")
+def text_mid_epoch_run(tmp_path_factory) -> Path:
+    """bert-synth on its synth-text, TEXT_MID_EPOCH: checkpoints step-2 and step-3."""
+    root = tmp_path_factory.mktemp("text-mid")
+    assert cli.main(["run", *TEXT_MID_EPOCH, "--name", "m", "--runs-dir", str(root)]) == 0
+    return root / "m"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("flag", OWN_SETTINGS)
+def test_resume_takes_a_flag_the_run_left_out_given_as_the_run_took_it(
+    text_mid_epoch_run, tmp_path, capsys, flag
+):
+    """Found by an independent round: `run --resume R --task classification` (or --seq-len
+    32, --dropout 0.1), the value the run took where it left the flag out, was refused as a
+    change ("--task left out in its run.json"): run.json holds null for the model's own. That
+    value is no change: the run trains on, and run.json keeps its null."""
+    run = _interrupted(text_mid_epoch_run, tmp_path)
+    saved = (run / "run.json").read_bytes()
+    assert json.loads(saved)[flag[2:].replace("-", "_")] is None
+    capsys.readouterr()
+    argv = ["run", "--resume", str(run), flag, OWN_SETTINGS[flag][0]]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert (run / "run.json").read_bytes() == saved
+    assert [r["epoch"] for r in _lines(run) if r["kind"] == "epoch"] == [0]
+    assert (run / "checkpoints" / "step-3").is_dir()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("flag", OWN_SETTINGS)
+def test_resume_refuses_another_value_of_a_flag_the_run_left_out(
+    text_mid_epoch_run, tmp_path, capsys, flag
+):
+    """Another value than the run took is still a change, refused in one line that names the
+    value the run took ("left out" alone named none), nothing written."""
+    run = _interrupted(text_mid_epoch_run, tmp_path)
+    took, other = OWN_SETTINGS[flag]
+    said = f"({flag} left out in its run.json: the model's own, {took}) and cannot change {flag}"
+    refused(["run", "--resume", str(run), flag, other], tmp_path, capsys, said)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_an_image_runs_own_dropout_resumes_and_a_seq_len_is_a_change(
+    finished_run, tmp_path, capsys
+):
+    """vit-digits took dropout 0 from its config (transformers' ViT default): --dropout 0
+    given to its resume is no change. An image model has no sequence length: any --seq-len
+    is one, the line saying the run had none."""
+    run = copy_run(finished_run, tmp_path)
+    said = "(--seq-len left out in its run.json: the model's own, none for an image model)"
+    argv = ["run", "--resume", str(run), "--epochs", "2"]
+    refused([*argv, "--seq-len", "8"], tmp_path, capsys, said)
+    assert cli.main([*argv, "--dropout", "0"]) == 0, capsys.readouterr().err
+    assert json.loads((run / "run.json").read_text())["dropout"] is None
+    assert [r["epoch"] for r in _lines(run) if r["kind"] == "epoch"] == [0, 1]
+
+
+def test_a_dropout_the_models_keys_differ_in_is_changed_by_any_value(tmp_path):
+    """DistilBERT drops 0.1 in its layers and 0.2 in its head unless its config says
+    otherwise: a run that left --dropout out took both, and any --dropout (which sets every
+    key alike) is a change, the line naming each key. Keys that agree take their value as
+    the run's own; the folder's config.json edited since the run is its own refusal."""
+    from executor.launch import resumed_config
+    from executor.planning import model_config_sha256
+    from pipeplan.formats import RunConfig
+    from pipeplan.options import build
+
+    folder = tmp_path / "distil"
+    folder.mkdir()
+    config = {"model_type": "distilbert", "vocab_size": 64, "dim": 32, "n_layers": 1}
+    config.update(n_heads=2, hidden_dim=64, max_position_embeddings=64)
+    (folder / "config.json").write_text(json.dumps(config))
+    saved = build(RunConfig, {"model": str(folder), "init": "random", "data": "synth-text"})
+    saved = saved.model_copy(update={"model_config_sha256": model_config_sha256(str(folder))})
+    for given in (0.1, 0.2):
+        with pytest.raises(BadArgumentError) as refusal:
+            resumed_config(saved, {"dropout": given}, tmp_path)
+        own = "dropout 0.1, attention_dropout 0.1, seq_classif_dropout 0.2"
+        said = f"(--dropout left out in its run.json: the model's own, {own})"
+        assert said in str(refusal.value)
+    config.update(dropout=0.2, attention_dropout=0.2, seq_classif_dropout=0.2)
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputFileError, match=r"config\.json: edited since the run started"):
+        resumed_config(saved, {"dropout": 0.2}, tmp_path)
+    saved = saved.model_copy(update={"model_config_sha256": model_config_sha256(str(folder))})
+    more = {"dropout": 0.2, "epochs": saved.epochs + 1}
+    assert resumed_config(saved, more, tmp_path).dropout is None
