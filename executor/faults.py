@@ -489,6 +489,49 @@ def child_state(pid: int, parent: int) -> str | None:
         return None
 
 
+def session_of(pid: int) -> int | None:
+    """The session process `pid` is in (/proc/PID/stat), None where it is gone or there is no
+    /proc to ask: `session_of(os.getpid()) == os.getsid(0)`."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def end_left_behind(leaders: Collection[int]) -> list[int]:
+    """SIGKILL every process still in the sessions that `leaders`, ranks that have ended, led
+    (torch starts each rank in a session of its own), and return their pids: what the rank's
+    code started and left running, or stopped, when the rank ended. Found by the seventy-
+    eighth round: a child that the data code forked and that stopped itself (SIGSTOP) stayed,
+    stopped, after the run, and after Ctrl-C or SIGTERM to pipeplan (its pending SIGTERM
+    acts only once it is continued). Each is signalled through a pidfd opened before its
+    session is read again: a pid that another process took since the look is not signalled.
+    A rank's session keeps its number from being taken while any process is in it.
+
+        end_left_behind(watch.pids.values())   # [19049]: a data code's stopped child
+    """
+    killed, leaders = [], set(leaders)
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        pid = int(entry) if entry.isdigit() else 0
+        leader = session_of(pid) if pid else None
+        if leader is None or leader == pid or leader not in leaders:
+            continue
+        try:
+            handle = os.pidfd_open(pid)
+        except OSError:  # gone meanwhile
+            continue
+        try:
+            if session_of(pid) == leader:
+                signal.pidfd_send_signal(handle, signal.SIGKILL)
+                killed.append(pid)
+        except OSError:
+            pass
+        finally:
+            os.close(handle)
+    return killed
+
+
 def held_line(rank: int, pid: int, tracer: int) -> str:
     """`held_line(1, 5252, 5301)` → "rank 1 (pid 5252) is held by a tracer (pid 5301) and
     could not be reaped"; without a tracer (it let go meanwhile) "… ended but could not be

@@ -1983,6 +1983,12 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     except (RuntimeError, RendezvousError) as exc:
         raise NotStartedError(rendezvous_failure(exc)) from None
     finally:
+        # What the ranks' code left running or stopped, however they ended (the seventy-
+        # eighth round: a data code's child that stopped itself outlived the run).
+        # Said on a run that ended well; a failure's line stays the only one.
+        if left := faults.end_left_behind(watch.pids.values()):
+            said = log.warning if sys.exc_info()[0] is None else log.debug
+            said("the ranks' code left %s running or stopped: killed", _processes(left))
         # However the ranks ended, their AutoCache goes as at a normal end: a rank killed by
         # SIGTERM (at once: it may be blocked in a collective) or SIGKILL could not remove it.
         # A run directory moved away mid-run is cleaned where it is now: what is at its old
@@ -1996,6 +2002,13 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         # callbacks, and its forked children's report folder stayed (the seventy-eighth round).
         remove_left_scratch()
     return load(RunSummary, run_dir / "summary.json")
+
+
+def _processes(pids: list[int]) -> str:
+    """`_processes([19049])` → "1 process (pid 19049)"; "2 processes (pids 7, 9)"."""
+    if len(pids) == 1:
+        return f"1 process (pid {pids[0]})"
+    return f"{len(pids)} processes (pids {', '.join(map(str, sorted(pids)))})"
 
 
 def error_file(logs: Path, rank: int) -> Path:

@@ -7,6 +7,7 @@ checkpoint (the shared `finished_run`, conftest)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -30,6 +31,7 @@ from test_hostile import copy_run, refused
 from text_data import BERT, bert_checkpoint, make_tokenizer, reviews, write_jsonl
 
 import cli
+from executor import faults
 from executor import text as text_files
 from pipeplan import models
 from pipeplan.errors import InputFileError
@@ -9189,3 +9191,67 @@ def test_a_read_that_leaks_descriptors_is_named_before_the_limit():
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         data._DESCRIPTORS.clear()
+
+
+STOPPED_CHILD_LOAD = """\
+import os, signal, sys, time, torch
+
+class Forks(torch.utils.data.TensorDataset):
+    def __getitem__(self, index):
+        if os.environ.get("RANK") and not getattr(self, "forked", False):
+            self.forked = True
+            if os.fork() == 0:  # a child that stops itself: it outlives its rank
+                with open(os.path.join({folder!r}, str(os.getpid())), "w"):
+                    pass
+                os.kill(os.getpid(), signal.SIGSTOP)
+                time.sleep(300)
+                os._exit(0)
+        return super().__getitem__(index)
+
+def load():
+    x, y = torch.zeros(80, 1, 8, 8), torch.arange(80) % 10
+    return Forks(x, y), torch.utils.data.TensorDataset(x, y)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_child_the_ranks_code_left_stopped_is_ended_with_the_run(tmp_path):
+    """Found by the seventy-eighth round: a child the data code forked in a rank, which
+    stopped itself (SIGSTOP), stayed stopped after the run, and after Ctrl-C or SIGTERM to
+    pipeplan (a stopped process acts on no signal but SIGKILL). The launcher kills what is
+    left in the ranks' sessions as they end, and a run that ended well says so."""
+    children = tmp_path / "children"
+    children.mkdir()
+    (tmp_path / "forks.py").write_text(
+        STOPPED_CHILD_LOAD.replace("{folder!r}", repr(str(children)))
+    )
+    argv = shlex.split(
+        "run --nproc 2 --name x --model vit-digits --global-batch 16 --epochs 1 "
+        f"--max-steps-per-epoch 2 --data {tmp_path / 'forks.py'}:load "
+        f"--runs-dir {tmp_path / 'runs'}"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", *argv], capture_output=True, text=True, timeout=100,
+        cwd=Path(cli.__file__).resolve().parent,
+    )  # fmt: skip
+    pids = sorted(int(p.name) for p in children.iterdir())
+    try:
+        assert done.returncode == 0, done.stderr
+        assert len(pids) == 2, pids  # one a rank
+        left = f"the ranks' code left 2 processes (pids {pids[0]}, {pids[1]}) running or stopped"
+        assert f"{left}: killed" in done.stderr
+        for pid in pids:  # gone, or dead and not yet reaped by the process that adopted it
+            assert faults.session_of(pid) is None or _state(pid) == "Z", _state(pid)
+    finally:
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _state(pid: int) -> str | None:
+    """Process `pid`'s state letter (/proc/PID/stat), None where it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
