@@ -771,7 +771,7 @@ def export(
             folder.confirm()  # the path still leads here: the rename lands where checked
             renaming = True
             if run_owned:  # the model a resumed run wrote before, kept until now
-                shutil.rmtree(folder.entry(out.name), ignore_errors=True)
+                _earlier_model_removed(folder.entry(out.name), out)
             # An empty `out` is replaced; a stop landing as it is, held: once the model is in
             # place, the command is done (`OUTPUT_WRITTEN`), whatever stop comes.
             with stops_deferred():
@@ -794,6 +794,22 @@ def export(
                 raise
             raise OutputError(f"{out}: write failed ({reason})") from None
     return out
+
+
+def _earlier_model_removed(path: Path, out: Path) -> None:
+    """The model a run wrote before at `path` (`out` as the user named it), removed for the
+    one its resume exports: OutputError naming why where it cannot be. Found by the seventy-
+    ninth round: a model folder made immutable (`chattr +i`) stayed, and the export was said
+    to have met a folder "made or changed by another process"."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:  # none yet (removed by hand: written now)
+        return
+    except OSError as exc:
+        reason = write_failure(exc, path) or exc.strerror or type(exc).__name__
+        raise OutputError(
+            f"{out}: write failed (the model the run wrote before could not be removed: {reason})"
+        ) from None
 
 
 def _drop_ids_outside_vocabulary(folder: Path) -> None:

@@ -5211,3 +5211,26 @@ def test_a_dropout_the_models_keys_differ_in_is_changed_by_any_value(tmp_path):
     saved = saved.model_copy(update={"model_config_sha256": model_config_sha256(str(folder))})
     more = {"dropout": 0.2, "epochs": saved.epochs + 1}
     assert resumed_config(saved, more, tmp_path).dropout is None
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_model_folder_that_cannot_be_replaced_is_said_as_that(finished_run, tmp_path, capsys):
+    """Found by the seventy-ninth round: a resume whose run's model/ folder could not be
+    removed (immutable, `chattr +i`) was said to have met a folder "made or changed by another
+    process while this export ran". Its own cause is named; the folder is as it was."""
+    run = copy_run(finished_run, tmp_path)
+    model = run / "model"
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    if subprocess.run(["chattr", "+i", str(model)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not allowed here")
+    try:
+        assert cli.main(["run", "--resume", str(run), "--epochs", "2"]) == 2
+    finally:
+        subprocess.run(["chattr", "-i", str(model)], check=True)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("pipeplan: error: "), lines[-1]
+    said = f"{model}: write failed (the model the run wrote before could not be removed: "
+    assert said + "Operation not permitted)" in lines[-1], lines[-1]
+    assert "another process" not in lines[-1]
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
