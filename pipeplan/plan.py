@@ -89,13 +89,14 @@ MAX_PHASE_LAYERS = 100_000
 # 1,000 layers the greedy's and 10 in all (0.4 s of a 14 s plan), 99 such phases none beyond
 # the greedy's own (`_over_the_schedule`).
 SCHEDULE_LAYER_EVALUATIONS = 200_000
-# What its shortest path may weigh (`_path_room`): it prices every pair of consecutive
-# candidates at every phase (× 2 each with the cache: cached and not), each pair costing
-# about PATH_PAIR_CELLS rank-map cells of fixed work plus its layout's cells. The seventy-
-# ninth round: a 10-layer model's 209 candidates of 256 cells each took 29 s on 256 nodes
-# (plans of a few devices weigh as many in a second or two); this bounds the path at about
-# 3 s of CPU here (134 candidates of 16 cells on 16 nodes: 2.6 s under load, all weighed).
-SCHEDULE_PATH_WORK = 40_000_000
+# What its shortest paths may do together (`_shortest_path`), in rank-map cells: pricing a
+# candidate after another costs about PATH_PAIR_CELLS cells of fixed work plus its own. The
+# seventy-ninth round: a 10-layer model's 209 candidates of 256 cells took 29 s on 256 nodes,
+# where a few devices' plans weigh as many in a second or two. A path that runs out stops,
+# and the plan keeps the sequence the last finished one found (at least the greedy's). About
+# 0.7 µs of CPU a cell here under load: vit-digits on 8 × 8 devices does 9.6 M, on 32 × 2 with
+# a global batch of 64 12 M, bert-large's ten phases on 2 × 8 2.7 M, all they ask.
+SCHEDULE_PATH_WORK = 16_000_000
 PATH_PAIR_CELLS = 50
 
 
@@ -403,30 +404,23 @@ def _over_the_schedule(
     placements = list(dict.fromkeys(placement_of(c.layout) for *_, c in greedy))
     others = dict.fromkeys(placement_of(e.layout) for e in found)
     # Each placement is simulated once per phase: a bounded number of them for long models
-    # and schedules (99 phases of 1,000 layers found 87), the greedy's first; and the path
-    # weighs pairs of them, a bounded number of those too for large rank maps.
-    variants = 2 if cache else 1
-    room = SCHEDULE_LAYER_EVALUATIONS // (len(greedy) * model.num_layers * variants)
-
-    def weighed(more: list[Layout]) -> int:
-        """How many of `more` can be weighed with the placements so far."""
-        path = _path_room(placements + more, len(greedy), variants) - len(placements)
-        return max(0, min(room - len(placements), path, len(more)))
-
-    if len(placements) > min(room, _path_room(placements, len(greedy), variants)):
+    # and schedules (99 phases of 1,000 layers found 87), the greedy's first.
+    room = SCHEDULE_LAYER_EVALUATIONS // (len(greedy) * model.num_layers * (2 if cache else 1))
+    if len(placements) > room:
         return greedy
-    more = [p for p in others if p not in placements]
-    placements += more[: weighed(more)]
+    placements += [p for p in others if p not in placements][: room - len(placements)]
     evaluated = {e.layout: e for e in found} | {c.layout: c.steady for *_, c in greedy}
-    moves = _Moves()
+    path_work = _PathWork()
     greedy_total = sum(c.total_s(e) for _, e, c in greedy)
-    best_total, chosen = _shortest_path(model, shape, cache, greedy, placements, evaluated, moves)
+    path = _shortest_path(model, shape, cache, greedy, placements, evaluated, path_work)
+    if path is None:  # the path's work ran out (SCHEDULE_PATH_WORK): the greedy's sequence
+        return greedy
+    best_total, chosen = path
     # Widened until every layout a faster sequence could use was weighed (each search listed
     # all of its allowance) or the caps are reached: each round lists more per search, within
     # the allowance the best total so far leaves, which only shrinks.
     per_search, most = WIDENED_PER_SEARCH, WIDENED_MOST
-    # (else nothing widened could be weighed, one no larger than those so far: not searched for)
-    while weighed(placements[-1:]):
+    while room > len(placements):  # else nothing widened could be weighed: not searched for
         wider, every_one = _widened(
             model,
             shape,
@@ -439,14 +433,14 @@ def _over_the_schedule(
             per_search,
         )
         wider = [p for p in dict.fromkeys(wider) if p not in placements]
-        limit = min(most, weighed(wider))
-        every_one = every_one and len(wider) <= limit
-        wider = wider[:limit]
+        every_one = every_one and len(wider) <= min(most, room - len(placements))
+        wider = wider[: min(most, room - len(placements))]
         if wider:
             placements = placements + wider
-            best_total, chosen = _shortest_path(
-                model, shape, cache, greedy, placements, evaluated, moves
-            )
+            path = _shortest_path(model, shape, cache, greedy, placements, evaluated, path_work)
+            if path is None:  # out of work: the last path's sequence
+                break
+            best_total, chosen = path
         if every_one or per_search >= WIDENED_PER_SEARCH_MOST:
             break
         per_search, most = per_search * WIDENING_ROUNDS_GROW, most * WIDENING_ROUNDS_GROW
@@ -459,19 +453,6 @@ def _over_the_schedule(
         (start, epochs, replace(choice, runner_ups=_others(greedy_choice.runner_ups, choice, G)))
         for (start, epochs, greedy_choice), choice in zip(greedy, chosen, strict=True)
     ]
-
-
-def _path_room(placements: list[Layout], phases: int, variants: int) -> int:
-    """How many of `placements`, first first, the schedule-wide shortest path may weigh
-    over `phases` phases, each placement priced cached and not when `variants` is 2: within
-    SCHEDULE_PATH_WORK, a pair of candidates at a phase costing PATH_PAIR_CELLS plus the
-    largest rank map's cells: `_path_room(placements, 6, 2)` → 73, of 209 of 256 cells."""
-    most = 0
-    for n, placement in enumerate(placements):
-        most = max(most, rank_cells(placement.rank_map))
-        if phases * (variants * (n + 1)) ** 2 * (PATH_PAIR_CELLS + most) > SCHEDULE_PATH_WORK:
-            return n
-    return len(placements)
 
 
 def _others(runner_ups: list[Evaluation], choice: _Choice, per_node: int) -> list[Evaluation]:
@@ -585,12 +566,13 @@ def _shortest_path(
     greedy: list[tuple[int, int, _Choice]],
     placements: list[Layout],
     evaluated: dict[Layout, Evaluation],
-    moves: _Moves,
-) -> tuple[float, list[_Choice]]:
+    work: _PathWork,
+) -> tuple[float, list[_Choice]] | None:
     """The cheapest sequence of `placements` over the phases of `greedy` (each with its
-    phase's freeze point; cached where the cache can hit, and uncached) and its total.
-    `evaluated`: the simulations known, added to; `moves` likewise the rank maps
-    `_moved_onto` offered."""
+    phase's freeze point; cached where the cache can hit, and uncached) and its total; None
+    where it would do more than `work` has left (SCHEDULE_PATH_WORK).
+    `evaluated`: the simulations known, added to; `work` likewise the rank maps `_moved_onto`
+    offered, and what is left."""
 
     def steady(layout: Layout) -> Evaluation:
         if layout not in evaluated:
@@ -621,12 +603,12 @@ def _shortest_path(
                 return best
         key = (previous.boundaries, previous.rank_map, layout.boundaries, layout.rank_map)
         key += (layout.frozen_layers,)
-        if key not in moves.offered:
-            found = _moved_onto(model, previous, layout, moves)
+        if key not in work.offered:
+            found = _moved_onto(model, previous, layout, work)
             if found is None:  # past the work the plan's move searches may do
                 return best
-            moves.offered[key] = [m.rank_map for m in found]
-        for rank_map in moves.offered[key]:
+            work.offered[key] = [m.rank_map for m in found]
+        for rank_map in work.offered[key]:
             moved = layout.model_copy(update={"rank_map": rank_map})
             alike = replace(steady(layout), layout=moved)
             choice = priced_choice(model, shape, moved, previous, alike, uncached)
@@ -660,6 +642,9 @@ def _shortest_path(
                     if cached and not (followed or cache_can_hit(epochs, previous)):
                         continue
                     beat = now[layout][0] - so_far if layout in now else math.inf
+                    work.paths_left -= PATH_PAIR_CELLS + rank_cells(layout.rank_map)
+                    if work.paths_left < 0:
+                        return None
                     choice = priced(layout, previous, epochs, beat)
                     total = so_far + choice.total_s(epochs)
                     if layout not in now or total < now[layout][0]:
@@ -690,24 +675,25 @@ def _unplaced(layout: Layout) -> tuple:
 # What `_moved_onto` may weigh, in cells × ranks weighed (the [cell, rank] arrays it builds): in
 # one search, and in all of a plan's. The seventy-ninth round: with a global batch of 16,384
 # on 4,096 nodes of 8, 74 searches of some 16,000 cells took 55 s and 2.8 GB. Past either, the
-# layout keeps the solver's ranks (its move priced from them). A plan of vit-digits on 256
-# nodes weighs 1,283 searches, 37 M in all (3 s here under load, all it asks); on 100,000
-# nodes each of a preview's plans stops at the limit (5 s).
+# layout keeps the solver's ranks (its move priced from them). A plan of vit-digits on 16
+# nodes weighs 1 M, on 256 nodes 37 M (3,000 searches of 256 cells, 3 s here under load).
 MOVE_SEARCH_CELLS = 1 << 22
-MOVE_SEARCH_WORK = 50_000_000
+MOVE_SEARCH_WORK = 30_000_000
 
 
 @dataclass
-class _Moves:
-    """The rank maps `_moved_onto` offered a plan, by the move (`priced`), and the work its
-    searches have left (MOVE_SEARCH_WORK)."""
+class _PathWork:
+    """What a plan's shortest paths share: the rank maps `_moved_onto` offered, by the move
+    (`priced`), the work its searches have left (MOVE_SEARCH_WORK), and the work the paths
+    have left (SCHEDULE_PATH_WORK)."""
 
     offered: dict[tuple, list[tuple[tuple[int, ...], ...]]] = field(default_factory=dict)
-    left: int = MOVE_SEARCH_WORK
+    moves_left: int = MOVE_SEARCH_WORK
+    paths_left: int = SCHEDULE_PATH_WORK
 
 
 def _moved_onto(
-    model: CostModel, previous: Layout, layout: Layout, moves: _Moves | None = None
+    model: CostModel, previous: Layout, layout: Layout, work: _PathWork | None = None
 ) -> list[Layout] | None:
     """`layout` on other ranks, priced alike for its step, that receive less moving from
     `previous` (§4.12): `for moved in _moved_onto(model, previous, layout): ...`. A step's
@@ -721,7 +707,7 @@ def _moved_onto(
     the busiest receiver bounds the move), with the node map only where every row's nodes
     stay in order and each row's ranks sorted, as the executor runs them; rows that are
     `previous`'s in its order (its groups kept). Empty when none can receive less; None
-    when the search would weigh more than `moves` has left (MOVE_SEARCH_CELLS at most)."""
+    when the search would weigh more than `work` has left (MOVE_SEARCH_CELLS at most)."""
     G = model.cluster.devices_per_node
     ranks = np.asarray(layout.rank_map, dtype=np.int64)
     flat = ranks.reshape(-1)
@@ -734,11 +720,11 @@ def _moved_onto(
     node = flat // G
     used = np.unique(node)
     columns = _weighed_ranks(held_ranks, used, np.bincount(node).max(), model.cluster)
-    work = flat.size * len(columns)
-    if moves is not None:
-        if work > min(moves.left, MOVE_SEARCH_CELLS):
+    weighed = flat.size * len(columns)
+    if work is not None:
+        if weighed > min(work.moves_left, MOVE_SEARCH_CELLS):
             return None
-        moves.left -= work
+        work.moves_left -= weighed
     column_first, column_stop = held_at(held, columns)
     # [cell, column]: what the column's rank would receive if it ran the cell.
     low = np.maximum(first[:, None], column_first[None, :])
