@@ -403,8 +403,8 @@ class CostModel:
         # Keyed by rank maps: bounded by their cells (KEPT_RANK_CELLS), as every layout the
         # search simulates names one.
         self._links = BoundedCache(KEPT_RANK_CELLS)
-        self._moves: dict[tuple, float] = {}
-        self._moves_cells = 0
+        self._moves = BoundedCache(KEPT_RANK_CELLS)
+        self._held = BoundedCache(KEPT_RANK_CELLS)
         self.moved_prefix = lru_cache(maxsize=64)(self._moved_prefix)  # a plan's freeze points
 
     # ------------------------------------------------------------------ per layer
@@ -762,15 +762,25 @@ class CostModel:
         # What the move depends on: a plan prices the same moves at every phase of its
         # schedule-wide choice (`plan._over_the_schedule`).
         key = (old.boundaries, old.rank_map, new.boundaries, new.rank_map, new.frozen_layers)
-        if key not in self._moves:
-            # Its key holds two rank maps: bounded by their cells too (KEPT_RANK_CELLS).
-            cells = rank_cells(old.rank_map) + rank_cells(new.rank_map)
-            if len(self._moves) >= MAX_KEPT_MOVES or self._moves_cells + cells > KEPT_RANK_CELLS:
-                self._moves.clear()
-                self._moves_cells = 0
-            self._moves[key] = self._move_s(old, new)
-            self._moves_cells += cells
-        return self._moves[key]
+        # Its key holds two rank maps: bounded by their cells (KEPT_RANK_CELLS), and by their
+        # count (MAX_KEPT_MOVES): least recently used first out.
+        cells = rank_cells(old.rank_map) + rank_cells(new.rank_map)
+        share = max(cells, KEPT_RANK_CELLS // MAX_KEPT_MOVES)
+        return self._moves.get(key, lambda: self._move_s(old, new), lambda _: share)
+
+    def _held_by(self, layout: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`held_ranges(layout)`, its placement checked first (layouts read from run records,
+        calibrate's, reach here unpriced: one line, not an index error, where they do not fit
+        this model and cluster), kept: a plan prices each candidate's moves from and to many
+        others (the eightieth round: on 2,048 ranks, checking and reading them again took
+        most of its time)."""
+
+        def made() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            layout.check_placement(self.num_layers, self.cluster.num_devices)
+            return held_ranges(layout)
+
+        key = (layout.boundaries, layout.rank_map, layout.frozen_layers)
+        return self._held.get(key, made, lambda held: len(held[0]))
 
     def _moved_prefix(self, frozen_layers: int) -> np.ndarray:
         """What a rank that newly holds layers 0..i−1 receives, in bytes, for i = 0..L (the
@@ -783,15 +793,12 @@ class CostModel:
         return np.concatenate([[0.0], np.cumsum(per_copy)])
 
     def _move_s(self, old: Layout, new: Layout) -> float:
-        # Layouts read from run records (calibrate) reach here unpriced: one line, not an
-        # index error, when they do not fit this model and cluster.
-        for layout in (old, new):
-            layout.check_placement(self.num_layers, self.cluster.num_devices)
+        held = self._held_by(old)
+        ranks, new_first, new_stop = self._held_by(new)
         prefix = self.moved_prefix(new.frozen_layers)
         # A rank holds one contiguous range in each layout: it receives the new one minus
         # what it already had (a rank the new layout does not run on receives nothing).
-        ranks, new_first, new_stop = held_ranges(new)
-        old_first, old_stop = held_at(held_ranges(old), ranks)
+        old_first, old_stop = held_at(held, ranks)
         kept_first = np.maximum(new_first, old_first)
         kept_stop = np.maximum(np.minimum(new_stop, old_stop), kept_first)
         received = (prefix[new_stop] - prefix[new_first]) - (prefix[kept_stop] - prefix[kept_first])

@@ -15,9 +15,12 @@ the executor applies. Same inputs give byte-identical `dumps(plan)`.
 
 from __future__ import annotations
 
+import collections
 import itertools
+import logging
 import math
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 import numpy as np
 from pydantic import Field
@@ -74,6 +77,8 @@ from pipeplan.solver import (
     solve_phase,
 )
 
+log = logging.getLogger("pipeplan.plan")
+
 SIGNIFICANT_DIGITS = 9
 # A phase's total is a sum of epochs, the bound on it a product: the margin keeps a layout
 # whose total would tie the other option's from being pruned by the last bit of rounding.
@@ -89,14 +94,16 @@ MAX_PHASE_LAYERS = 100_000
 # 1,000 layers the greedy's and 10 in all (0.4 s of a 14 s plan), 99 such phases none beyond
 # the greedy's own (`_over_the_schedule`).
 SCHEDULE_LAYER_EVALUATIONS = 200_000
-# What its shortest paths may do together (`_shortest_path`), in rank-map cells: pricing a
-# candidate after another costs about PATH_PAIR_CELLS cells of fixed work plus its own. The
-# seventy-ninth round: a 10-layer model's 209 candidates of 256 cells took 29 s on 256 nodes,
-# where a few devices' plans weigh as many in a second or two. A path that runs out stops,
-# and the plan keeps the sequence the last finished one found (at least the greedy's). About
-# 0.7 µs of CPU a cell here under load: vit-digits on 8 × 8 devices does 9.6 M, on 32 × 2 with
-# a global batch of 64 12 M, bert-large's ten phases on 2 × 8 2.7 M, all they ask.
-SCHEDULE_PATH_WORK = 16_000_000
+# What the shortest paths of a command's plans may do together (`_shortest_path`,
+# `_ScheduleWork`), in rank-map cells: pricing a candidate after another costs about
+# PATH_PAIR_CELLS cells of fixed work plus its own. The seventy-ninth round: a 10-layer
+# model's 209 candidates of 256 cells took 29 s on 256 nodes, where a few devices' plans weigh
+# as many in a second or two. A path that runs out stops, the plan keeps the sequence the last
+# finished one found (at least the greedy's), and a line says so. About 0.15 µs of CPU a cell
+# here: all they ask for vit-digits on 256 × 8 devices with a global batch of 4,096 (70 M,
+# 10 s; cut, it planned 2 % slower: the eightieth round), on 8 × 8 (10 M), bert-large's ten
+# phases on 2 × 8 (2.7 M).
+SCHEDULE_PATH_WORK = 80_000_000
 PATH_PAIR_CELLS = 50
 
 
@@ -246,11 +253,8 @@ def _phase_choice(
 
 def stage0_nodes(model: CostModel, layout: Layout) -> dict[int, int]:
     """{node: how many stage-0 ranks it holds}: each such node keeps one cache."""
-    nodes: dict[int, int] = {}
-    for row in layout.rank_map:
-        node = model.node_of(row[0])
-        nodes[node] = nodes.get(node, 0) + 1
-    return nodes
+    G = model.cluster.devices_per_node
+    return dict(collections.Counter(row[0] // G for row in layout.rank_map))
 
 
 def cache_pricing(
@@ -408,12 +412,14 @@ def _over_the_schedule(
     room = SCHEDULE_LAYER_EVALUATIONS // (len(greedy) * model.num_layers * (2 if cache else 1))
     if len(placements) > room:
         return greedy
+    greedy_placements = len(placements)
     placements += [p for p in others if p not in placements][: room - len(placements)]
     evaluated = {e.layout: e for e in found} | {c.layout: c.steady for *_, c in greedy}
-    path_work = _PathWork()
+    path_work = _PathWork(work.shared.setdefault(_ScheduleWork.KEY, _ScheduleWork()))
     greedy_total = sum(c.total_s(e) for _, e, c in greedy)
     path = _shortest_path(model, shape, cache, greedy, placements, evaluated, path_work)
     if path is None:  # the path's work ran out (SCHEDULE_PATH_WORK): the greedy's sequence
+        path_work.shared.cut(greedy_placements, len(placements))
         return greedy
     best_total, chosen = path
     # Widened until every layout a faster sequence could use was weighed (each search listed
@@ -439,6 +445,7 @@ def _over_the_schedule(
             placements = placements + wider
             path = _shortest_path(model, shape, cache, greedy, placements, evaluated, path_work)
             if path is None:  # out of work: the last path's sequence
+                path_work.shared.cut(len(placements) - len(wider), len(placements))
                 break
             best_total, chosen = path
         if every_one or per_search >= WIDENED_PER_SEARCH_MOST:
@@ -642,8 +649,8 @@ def _shortest_path(
                     if cached and not (followed or cache_can_hit(epochs, previous)):
                         continue
                     beat = now[layout][0] - so_far if layout in now else math.inf
-                    work.paths_left -= PATH_PAIR_CELLS + rank_cells(layout.rank_map)
-                    if work.paths_left < 0:
+                    work.shared.paths_left -= PATH_PAIR_CELLS + rank_cells(layout.rank_map)
+                    if work.shared.paths_left < 0:
                         return None
                     choice = priced(layout, previous, epochs, beat)
                     total = so_far + choice.total_s(epochs)
@@ -682,14 +689,48 @@ MOVE_SEARCH_WORK = 30_000_000
 
 
 @dataclass
+class _ScheduleWork:
+    """The work the schedule-wide choices of one command's plans share (`PlanWork.shared`: a
+    preview's several plans priced 68 s on 4,096 nodes of 8, the eightieth round): its
+    shortest paths' (SCHEDULE_PATH_WORK) and its move searches' (MOVE_SEARCH_WORK), and
+    what their limits cut, said in one line (`report`)."""
+
+    KEY: ClassVar[str] = "schedule"
+    # (read as made: a test or a caller may set the module's limits)
+    paths_left: int = field(default_factory=lambda: SCHEDULE_PATH_WORK)
+    moves_left: int = field(default_factory=lambda: MOVE_SEARCH_WORK)
+    weighed: list[tuple[int, int]] = field(default_factory=list)  # (weighed, of) where cut
+    moves_cut: int = 0
+
+    def cut(self, weighed: int, of: int) -> None:
+        """A path ran out: the plan keeps what `weighed` of its `of` candidates gave."""
+        self.weighed.append((weighed, of))
+
+    def report(self) -> None:
+        """One INFO line where a limit cut a plan's choice over the schedule."""
+        if not self.weighed and not self.moves_cut:
+            return
+        said = []
+        if self.weighed:
+            each = ", ".join(f"{w} of {n}" for w, n in self.weighed)
+            plans = f" in {len(self.weighed)} plans" if len(self.weighed) > 1 else ""
+            said.append(f"weighed {each} candidate layouts{plans}")
+        if self.moves_cut:
+            said.append(f"sought no other ranks for {self.moves_cut:,} moves")
+        log.info(
+            "the choice of layouts over the schedule stopped at its work limit (%s): a plan "
+            "pinned to other choices (--stages, --micro-batches, --schedule) may be faster",
+            "; ".join(said),
+        )
+
+
+@dataclass
 class _PathWork:
     """What a plan's shortest paths share: the rank maps `_moved_onto` offered, by the move
-    (`priced`), the work its searches have left (MOVE_SEARCH_WORK), and the work the paths
-    have left (SCHEDULE_PATH_WORK)."""
+    (`priced`), and the command's budget (`_ScheduleWork`)."""
 
+    shared: _ScheduleWork
     offered: dict[tuple, list[tuple[tuple[int, ...], ...]]] = field(default_factory=dict)
-    moves_left: int = MOVE_SEARCH_WORK
-    paths_left: int = SCHEDULE_PATH_WORK
 
 
 def _moved_onto(
@@ -722,9 +763,10 @@ def _moved_onto(
     columns = _weighed_ranks(held_ranks, used, np.bincount(node).max(), model.cluster)
     weighed = flat.size * len(columns)
     if work is not None:
-        if weighed > min(work.moves_left, MOVE_SEARCH_CELLS):
+        if weighed > min(work.shared.moves_left, MOVE_SEARCH_CELLS):
+            work.shared.moves_cut += 1
             return None
-        work.moves_left -= weighed
+        work.shared.moves_left -= weighed
     column_first, column_stop = held_at(held, columns)
     # [cell, column]: what the column's rank would receive if it ran the cell.
     low = np.maximum(first[:, None], column_first[None, :])
@@ -1018,8 +1060,16 @@ def make_plan(
     _check_freeze(freeze, shape, model)
     work = PlanWork()
     plan = _plan_from(model, profile, shape, freeze, cache, pins or Pins(), work)
-    work.report()
+    _reported(work)
     return plan
+
+
+def _reported(work: PlanWork) -> None:
+    """What the command's limits cut, said: its searches' (`PlanWork.report`) and its choices
+    over the schedule's (`_ScheduleWork.report`)."""
+    work.report()
+    if _ScheduleWork.KEY in work.shared:
+        work.shared[_ScheduleWork.KEY].report()
 
 
 def _plan_from(
@@ -1317,7 +1367,7 @@ def make_preview(
             model, profile, shape, later, cache, pins, work.another()
         ).predicted_total_s
         cases.append(case("later", later, later_total))
-    work.report()
+    _reported(work)
     return Preview(
         model=profile.model.name,
         devices=cluster.num_devices,

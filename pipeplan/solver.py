@@ -164,16 +164,20 @@ class PlanWork:
         work.report()   # "layout search stopped at its work limit in 3 of 10 phase searches: ..."
 
     `another()` is a fresh budget for another plan of the same command (a preview prices
-    several) whose stops the same line counts."""
+    several) whose stops the same line counts. `shared`: what the command's plans share
+    besides (the schedule-wide choice's budget, `plan._ScheduleWork`)."""
 
-    def __init__(self, limit: int | None = None, stops: list | None = None):
+    def __init__(
+        self, limit: int | None = None, stops: list | None = None, shared: dict | None = None
+    ):
         self.limit = PLAN_WORK_LIMIT if limit is None else limit
         self.left = self.limit
         # Per search: (best step, proven lower bound), shared with `another()`'s budgets.
         self.stops: list[tuple[float, float] | None] = [] if stops is None else stops
+        self.shared: dict = {} if shared is None else shared
 
     def another(self) -> PlanWork:
-        return PlanWork(self.limit, self.stops)
+        return PlanWork(self.limit, self.stops, self.shared)
 
     def phase_limit(self) -> int:
         """The next phase search's work limit: its own, unless the plan has less left."""

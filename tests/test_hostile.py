@@ -996,7 +996,7 @@ def test_a_plan_on_a_large_cluster_finishes_within_memory_and_time(tmp_path, ext
     [cell, rank] arrays over the whole cluster and priced pairs of candidates without
     bound: `plan --nodes 100000` of vit-digits ran past 100 s at 7 GB, a global batch of
     16,384 on 4,096 nodes of 8 took 155 s and 2.8 GB. Now a plan, under a 4 GiB cap, in
-    well under a minute (13 and 20 s here with two other jobs running)."""
+    well under a minute (6 and 21 s here, idle)."""
     import time
 
     out = tmp_path / "plan.json"
