@@ -6,6 +6,7 @@ from __future__ import annotations
 # ends with the command's line, not a traceback from inside an import (forty-eighth round).
 from pipeplan.startup import (  # isort: skip
     STOP_SIGNALS,
+    away_from_working_directory,
     first_arrived,
     ignored,
     importing,
@@ -930,6 +931,22 @@ def _check_working_directory() -> None:
         raise gone
 
 
+# The commands that load torch (a `run` that starts ranks among them; `_command_of`).
+TORCH_COMMANDS = ("run", "profile", "calibrate", "report", "export", "demo")
+
+
+def _torch_loaded(command: str) -> None:
+    """torch, loaded for `command` where it needs it, away from the working directory
+    (`startup.away_from_working_directory`): removed as libtorch loaded (about a second, more
+    under load, just after `_check_working_directory`), torch's oneMKL ended the command
+    with its own fatal line and no pipeplan line (the eightieth round). Removed meanwhile,
+    that is said now; a library's failure to import is `import_failure`'s, as ever."""
+    if command in TORCH_COMMANDS and "torch" not in sys.modules:
+        with away_from_working_directory():
+            import torch  # noqa: F401  (loaded here: its import is the work)
+        _check_working_directory()
+
+
 @contextlib.contextmanager
 def _removed_directory_said() -> Iterator[None]:
     """A failure of the command while its working directory is gone is said as that, first:
@@ -1135,6 +1152,8 @@ def main(argv: list[str] | None = None) -> int:
             check_openmp_environment()
             log.check_library_log_levels()
             log.bound_console_size()
+            if "--help" not in args:  # once what it reads as it loads is checked
+                _torch_loaded(_command_of(args))
             # One call at a time in the process, as the API's (a data function's
             # `pipeplan.run` under `pipeplan run` trained a whole inner run: the sixtieth round).
             with (

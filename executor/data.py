@@ -6303,7 +6303,10 @@ def _append_data_directory(folder: str | None = None) -> str | None:
     the entry added, or None where it was there already."""
     for name in OWN_PACKAGES:
         importlib.import_module(name)
-    here = str(Path.cwd()) if folder is None else folder
+    try:
+        here = os.getcwd() if folder is None else folder
+    except FileNotFoundError:  # removed: nothing of it is found (built-in data needs none;
+        return None  # a rank of `--data digits` failed before its first step: the 80th round)
     if here in sys.path or (folder is None and "" in sys.path):
         return None
     sys.path.append(here)

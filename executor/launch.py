@@ -78,7 +78,7 @@ from executor import errorfile  # light: a rank reserves its report's room befor
 # The process's own exit (light too): while the data's code runs, `os._exit` raises SystemExit
 # (`exits.exits_raised`), and a stop handler's exit in a resume's checks was told as the
 # data's ("len() of the train set exited (code 143)": the seventy-eighth round).
-from pipeplan.startup import EXIT
+from pipeplan.startup import EXIT, away_from_working_directory
 
 # The file `pipeplan run`'s launcher creates on Ctrl-C before it forwards SIGINT to the ranks
 # (`agent_scope`), named in the ranks' environment.
@@ -244,7 +244,9 @@ if __name__ == "__main__":
     # Not into torch's oneMKL with the directory gone: it ends the process with its own line.
     ended_if_directory_removed()
     try:  # torch's own imports read its environment (TORCH_LOGS=bogus: a 50-line traceback)
-        import torch.distributed
+        with away_from_working_directory():  # its oneMKL reads that as libtorch loads
+            import torch.distributed
+        ended_if_directory_removed()  # removed meanwhile: said before anything else reads it
     except Exception as exc:  # (the seventy-fourth round): one line, as the command's
         ended_if_directory_removed()  # torch._dynamo reads it as it is imported
         from pipeplan.errors import import_failure
@@ -2932,6 +2934,12 @@ def start_run(
     try:
         return run_dir, run_local(cfg, run_dir)
     except RankFailedError:
+        # The working directory removed as the ranks started (their imports and the data's
+        # read it) ends the run as a stop does: undone where it trained nothing, said alone
+        # (the eightieth round: the folder stayed, and the same command was refused).
+        if (gone := working_directory_failure()) is not None and not trained(run_dir):
+            remove_unstarted(run_dir, made)
+            raise gone from None
         raise  # the rank's log holds why: the folder stays, and the line says what to do
     except BaseException:
         # A full disk, Ctrl-C or a stop before the first step: a folder left with no checkpoint

@@ -11,9 +11,11 @@ Also `die_with_parent`, which a rank calls as its first statement (before the im
 take seconds), so this module stays light: no torch.
 """
 
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 # Signals that stop pipeplan as Ctrl-C does, with one line (`pipeplan: stopped by SIGUSR1`)
@@ -246,10 +248,36 @@ def die_with_parent(parent: int) -> bool:
     (a rank stopped by SIGSTOP stayed in state T forever, reparented to init, with any other
     signal pending). False when `parent` is gone already (this process's parent is no longer
     it): the caller exits. Elsewhere only that check."""
-    import contextlib
     import ctypes
 
     pr_set_pdeathsig = 1
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
     return os.getppid() == parent
+
+
+@contextlib.contextmanager
+def away_from_working_directory() -> Iterator[None]:
+    """The block runs in `/`, and the process goes back to its working directory after it,
+    the same folder (held open, whatever its path leads to meanwhile). For torch's import:
+    its oneMKL reads the working directory as libtorch_cpu.so loads, and ends the process
+    with its own "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so" where it was removed
+    (the eightieth round: a line from each rank, then pipeplan's). Back in a removed folder,
+    the caller's own check says so. Where none is left to go back to, the block runs there.
+
+        with away_from_working_directory():
+            import torch
+    """
+    try:
+        held = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # gone already, or not readable: the block runs where it is
+        yield
+        return
+    try:
+        os.chdir("/")
+        yield
+    finally:
+        try:
+            os.fchdir(held)
+        finally:
+            os.close(held)

@@ -564,6 +564,90 @@ def test_a_working_directory_removed_as_the_command_runs_is_one_line(tmp_path, a
     assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["run", "export"])
+def test_a_working_directory_removed_as_torch_loads_is_one_line(tmp_path, command):
+    """Found by the eightieth round: removed once the command's check had passed and before
+    torch had loaded (a second or more under load), torch's oneMKL ended the command with
+    its own "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so" and no line of ours.
+    torch loads away from it (`startup.away_from_working_directory`): the one line, exit 2."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = (
+        "import os, sys\n"
+        "import cli\n"
+        "real = cli._check_working_directory\n"
+        f"def removed(): real(); os.rmdir({str(gone)!r})\n"
+        "cli._check_working_directory = removed\n"
+        "sys.argv = ['pipeplan', *sys.argv[1:]]\n"
+        "cli.entry()\n"
+    )
+    args = {
+        "run": ["run", "--nproc", "1", "--name", "r", "--runs-dir", str(tmp_path / "runs")],
+        "export": ["export", str(tmp_path / "runs" / "r"), "--out", str(tmp_path / "m")],
+    }[command]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=gone, env=env, capture_output=True, text=True,
+        timeout=100,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"pipeplan: error: the working directory was removed ({gone}): run pipeplan from a "
+        "folder that exists"
+    ], done.stderr[-3000:]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "m").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_run_its_removed_working_directory_failed_before_a_step_is_undone(tmp_path):
+    """Found by the eightieth round: the working directory removed as the ranks started
+    failed them before their first step (their imports read it), and the run's folder stayed:
+    the same command was then refused ("already holds a run"). Ended so, a run that trained
+    nothing is undone, as one a stop ends, and the line is the removal's alone."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = (
+        "import os, sys\n"
+        "import cli\n"
+        "from executor import launch\n"
+        "from pipeplan.spawn import RankFailedError\n"
+        "def failed(cfg, run_dir, resume=False):\n"
+        f"    os.rmdir({str(gone)!r})\n"
+        "    raise RankFailedError('training failed on rank 0 before the first step: exited "
+        "with code 1', 0)\n"
+        "launch.run_local = failed\n"
+        "sys.argv = ['pipeplan', *sys.argv[1:]]\n"
+        "cli.entry()\n"
+    )
+    args = ["run", "--nproc", "1", "--name", "r", "--runs-dir", str(tmp_path / "runs")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=gone, env=env, capture_output=True, text=True,
+        timeout=100,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"pipeplan: error: the working directory was removed ({gone}): run pipeplan from a "
+        "folder that exists"
+    ], done.stderr[-3000:]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_removed_working_directory_is_no_folder_to_find_data_in(tmp_path, monkeypatch):
+    """The eightieth round: a rank of built-in data (`--data digits`) whose working directory
+    was removed before its first step failed as it put that folder on sys.path (FileNotFound
+    from `Path.cwd()`), though nothing of it was needed. Nothing is added; data of a module
+    in it is then not found, said as that."""
+    from executor.data import _append_data_directory
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    before = list(sys.path)
+    assert _append_data_directory() is None
+    assert sys.path == before
+
+
 def test_import_failure_with_the_working_directory_gone_names_it(tmp_path, monkeypatch):
     """The same round: `import_failure` took realpath() of every frame's file name, and
     `<frozen importlib._bootstrap>` is none: with the directory gone it raised, its own
