@@ -507,11 +507,16 @@ def end_left_behind(leaders: Collection[int]) -> list[int]:
     stopped, after the run, and after Ctrl-C or SIGTERM to pipeplan (its pending SIGTERM
     acts only once it is continued). Each is signalled through a pidfd opened before its
     session is read again: a pid that another process took since the look is not signalled.
-    A rank's session keeps its number from being taken while any process is in it.
+    A rank's session keeps its number from being taken while any process is in it; a leader
+    whose number a live process holds is not one of the ranks, and its session is left.
 
         end_left_behind(watch.pids.values())   # [19049]: a data code's stopped child
     """
-    killed, leaders = [], set(leaders)
+    # A leader's pid that a live process holds now is another program's (its number taken
+    # since the rank ended: the eighty-first round's tester forced it), and so is the
+    # session: left alone.
+    leaders = {leader for leader in leaders if session_of(leader) is None}
+    killed = []
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         pid = int(entry) if entry.isdigit() else 0
         leader = session_of(pid) if pid else None

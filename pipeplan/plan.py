@@ -20,7 +20,6 @@ import itertools
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
 
 import numpy as np
 from pydantic import Field
@@ -415,7 +414,7 @@ def _over_the_schedule(
     greedy_placements = len(placements)
     placements += [p for p in others if p not in placements][: room - len(placements)]
     evaluated = {e.layout: e for e in found} | {c.layout: c.steady for *_, c in greedy}
-    path_work = _PathWork(work.shared.setdefault(_ScheduleWork.KEY, _ScheduleWork()))
+    path_work = _PathWork(work.shared.setdefault((_ScheduleWork, work.pool), _ScheduleWork()))
     greedy_total = sum(c.total_s(e) for _, e, c in greedy)
     path = _shortest_path(model, shape, cache, greedy, placements, evaluated, path_work)
     if path is None:  # the path's work ran out (SCHEDULE_PATH_WORK): the greedy's sequence
@@ -612,9 +611,9 @@ def _shortest_path(
         key += (layout.frozen_layers,)
         if key not in work.offered:
             found = _moved_onto(model, previous, layout, work)
-            if found is None:  # past the work the plan's move searches may do
-                return best
-            work.offered[key] = [m.rank_map for m in found]
+            if found is None:  # past the work the plan's move searches may do: for good
+                work.shared.moves_cut += 1
+            work.offered[key] = [m.rank_map for m in found or []]
         for rank_map in work.offered[key]:
             moved = layout.model_copy(update={"rank_map": rank_map})
             alike = replace(steady(layout), layout=moved)
@@ -690,33 +689,35 @@ MOVE_SEARCH_WORK = 30_000_000
 
 @dataclass
 class _ScheduleWork:
-    """The work the schedule-wide choices of one command's plans share (`PlanWork.shared`: a
-    preview's several plans priced 68 s on 4,096 nodes of 8, the eightieth round): its
-    shortest paths' (SCHEDULE_PATH_WORK) and its move searches' (MOVE_SEARCH_WORK), and
-    what their limits cut, said in one line (`report`)."""
+    """The work the schedule-wide choices of a pool of one command's plans share
+    (`PlanWork.shared`, by `PlanWork.pool`: a preview's ablations priced 68 s on 4,096 nodes
+    of 8, the eightieth round): its shortest paths' (SCHEDULE_PATH_WORK) and its move
+    searches' (MOVE_SEARCH_WORK), and what their limits cut, said in one line (`report`)."""
 
-    KEY: ClassVar[str] = "schedule"
     # (read as made: a test or a caller may set the module's limits)
     paths_left: int = field(default_factory=lambda: SCHEDULE_PATH_WORK)
     moves_left: int = field(default_factory=lambda: MOVE_SEARCH_WORK)
     weighed: list[tuple[int, int]] = field(default_factory=list)  # (weighed, of) where cut
-    moves_cut: int = 0
+    moves_cut: int = 0  # moves (distinct) not sought
 
     def cut(self, weighed: int, of: int) -> None:
         """A path ran out: the plan keeps what `weighed` of its `of` candidates gave."""
         self.weighed.append((weighed, of))
 
-    def report(self) -> None:
-        """One INFO line where a limit cut a plan's choice over the schedule."""
-        if not self.weighed and not self.moves_cut:
+    @staticmethod
+    def report(pools: list[_ScheduleWork]) -> None:
+        """One INFO line where a limit cut a choice over the schedule, of any of `pools`."""
+        weighed = [cut for pool in pools for cut in pool.weighed]
+        moves_cut = sum(pool.moves_cut for pool in pools)
+        if not weighed and not moves_cut:
             return
         said = []
-        if self.weighed:
-            each = ", ".join(f"{w} of {n}" for w, n in self.weighed)
-            plans = f" in {len(self.weighed)} plans" if len(self.weighed) > 1 else ""
+        if weighed:
+            each = ", ".join(f"{w} of {n}" for w, n in weighed)
+            plans = f" in {len(weighed)} plans" if len(weighed) > 1 else ""
             said.append(f"weighed {each} candidate layouts{plans}")
-        if self.moves_cut:
-            said.append(f"sought no other ranks for {self.moves_cut:,} moves")
+        if moves_cut:
+            said.append(f"sought no other ranks for {moves_cut:,} moves")
         log.info(
             "the choice of layouts over the schedule stopped at its work limit (%s): a plan "
             "pinned to other choices (--stages, --micro-batches, --schedule) may be faster",
@@ -764,7 +765,6 @@ def _moved_onto(
     weighed = flat.size * len(columns)
     if work is not None:
         if weighed > min(work.shared.moves_left, MOVE_SEARCH_CELLS):
-            work.shared.moves_cut += 1
             return None
         work.shared.moves_left -= weighed
     column_first, column_stop = held_at(held, columns)
@@ -1068,8 +1068,7 @@ def _reported(work: PlanWork) -> None:
     """What the command's limits cut, said: its searches' (`PlanWork.report`) and its choices
     over the schedule's (`_ScheduleWork.report`)."""
     work.report()
-    if _ScheduleWork.KEY in work.shared:
-        work.shared[_ScheduleWork.KEY].report()
+    _ScheduleWork.report([v for v in work.shared.values() if isinstance(v, _ScheduleWork)])
 
 
 def _plan_from(
@@ -1297,7 +1296,9 @@ def make_preview(
     steps = shape.steps_per_epoch
 
     # One line for all the preview's searches stopped at their work limit; each plan priced
-    # has a plan's budget (`another`), so the plan previewed is the one `make_plan` gives.
+    # has a plan's budget (`another`), and the plan (and a later one) its own schedule-wide
+    # budget, so the plan previewed is the one `make_plan` gives (the eighty-first round:
+    # its ablations spent it first, and it was 2 % slower); the ablations share another.
     work = PlanWork()
     base = solve_phase(model, global_batch, 0, False, pins, work=work).best
     base_epoch_s = steps * base.step_s
@@ -1316,7 +1317,7 @@ def make_preview(
         work.another(),
     )
     wider = _elastic(model, shape, freeze, False, pins, work.another())
-    plan = _plan_from(model, profile, shape, freeze, cache, pins, work.another())
+    plan = _plan_from(model, profile, shape, freeze, cache, pins, work.another("plan"))
     full_total = plan.predicted_total_s
 
     # What an epoch trains: its whole steps (the last partial batch is dropped, as the run
@@ -1364,7 +1365,7 @@ def make_preview(
     cases = [case("given" if later is None else "best", freeze, full_total)]
     if later is not None:
         later_total = _plan_from(
-            model, profile, shape, later, cache, pins, work.another()
+            model, profile, shape, later, cache, pins, work.another("later")
         ).predicted_total_s
         cases.append(case("later", later, later_total))
     _reported(work)

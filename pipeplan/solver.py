@@ -165,19 +165,25 @@ class PlanWork:
 
     `another()` is a fresh budget for another plan of the same command (a preview prices
     several) whose stops the same line counts. `shared`: what the command's plans share
-    besides (the schedule-wide choice's budget, `plan._ScheduleWork`)."""
+    besides, by `pool` (the schedule-wide choice's budget, `plan._ScheduleWork`: a preview's
+    plan has its own, so that it is the plan `make_plan` gives; its ablations share another)."""
 
     def __init__(
-        self, limit: int | None = None, stops: list | None = None, shared: dict | None = None
+        self,
+        limit: int | None = None,
+        stops: list | None = None,
+        shared: dict | None = None,
+        pool: str = "",
     ):
         self.limit = PLAN_WORK_LIMIT if limit is None else limit
         self.left = self.limit
         # Per search: (best step, proven lower bound), shared with `another()`'s budgets.
         self.stops: list[tuple[float, float] | None] = [] if stops is None else stops
         self.shared: dict = {} if shared is None else shared
+        self.pool = pool
 
-    def another(self) -> PlanWork:
-        return PlanWork(self.limit, self.stops, self.shared)
+    def another(self, pool: str | None = None) -> PlanWork:
+        return PlanWork(self.limit, self.stops, self.shared, self.pool if pool is None else pool)
 
     def phase_limit(self) -> int:
         """The next phase search's work limit: its own, unless the plan has less left."""

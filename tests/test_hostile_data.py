@@ -9255,3 +9255,41 @@ def _state(pid: int) -> str | None:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return None
+
+
+@pytest.mark.timeout(60)
+def test_a_session_whose_leader_lives_is_not_a_ranks_left_behind(tmp_path):
+    """Found by the eighty-first round: a rank's pid, taken after it ended by another
+    program that started a session of its own (forced through ns_last_pid), made the
+    launcher's sweep kill that program's child. A leader that lives is not a rank that
+    ended: its session is left alone; one whose leader is gone is swept."""
+    code = (
+        "import os, time\n"
+        "os.setsid()\n"
+        "if os.fork() == 0:\n"
+        "    time.sleep(60); os._exit(0)\n"
+        "print(os.getpid(), flush=True); time.sleep(60)\n"
+    )
+    leader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert leader.stdout.readline().strip() == str(leader.pid)
+        deadline = time.monotonic() + 10
+        child = None
+        while child is None and time.monotonic() < deadline:  # its forked child, in its session
+            child = next(
+                (
+                    int(p) for p in os.listdir("/proc")
+                    if p.isdigit() and int(p) != leader.pid
+                    and faults.session_of(int(p)) == leader.pid
+                ),
+                None,
+            )  # fmt: skip
+        assert child is not None
+        assert faults.end_left_behind([leader.pid]) == []
+        assert _state(child) not in (None, "Z")
+        leader.kill()
+        leader.wait(10)
+        assert faults.end_left_behind([leader.pid]) == [child]
+    finally:
+        leader.kill()
+        leader.wait(10)
