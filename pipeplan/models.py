@@ -61,6 +61,7 @@ from pipeplan.errors import (
 from pipeplan.fileio import (
     EXPORT_MARK,
     OUTPUT_WRITTEN,
+    HeldFolder,
     check_outside_runs,
     give_output_modes,
     held_folder,
@@ -750,6 +751,7 @@ def export(
     made = new_directories(out.parent) if parents else contextlib.nullcontext()
     check = None if run_owned else lambda: check_outside_runs(out)
     renaming = False  # the last step: a failure there is `out` changed meanwhile
+    earlier, placed = None, False  # the run's model from before, moved aside (`run_owned`)
     with made, held_folder(out.parent, check, out) as folder:  # made: go again if not written
         tmp = folder.entry(name)
         try:
@@ -770,17 +772,21 @@ def export(
                 verify()
             folder.confirm()  # the path still leads here: the rename lands where checked
             renaming = True
-            if run_owned:  # the model a resumed run wrote before, kept until now
-                _earlier_model_removed(folder.entry(out.name), out)
             # An empty `out` is replaced; a stop landing as it is, held: once the model is in
             # place, the command is done (`OUTPUT_WRITTEN`), whatever stop comes.
             with stops_deferred():
+                if run_owned:  # the model a resumed run wrote before, kept until now
+                    earlier = _moved_aside(folder, out, name)
                 os.replace(name, out.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+                placed = True
                 OUTPUT_WRITTEN[:] = [out]
         except BaseException as exc:
             # Whatever stopped it (a full disk fails as an OSError in config.json, as a
             # SafetensorError in the weights; Ctrl-C anywhere), the partial directory goes.
             shutil.rmtree(tmp, ignore_errors=True)
+            if earlier is not None and not placed:  # the model before, put back
+                with contextlib.suppress(OSError):
+                    os.rename(earlier, out.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
             if renaming and isinstance(exc, OSError) and (why := not_a_new_directory(out)):
                 # Not a failed write: `out` was made (another export of it) or changed while
                 # this one ran; it said "write failed (Directory not empty)" (forty-second
@@ -793,23 +799,45 @@ def export(
             if reason is None:
                 raise
             raise OutputError(f"{out}: write failed ({reason})") from None
+        if earlier is not None:
+            _earlier_removed(folder.entry(earlier), out, out.parent / earlier)
     return out
 
 
-def _earlier_model_removed(path: Path, out: Path) -> None:
-    """The model a run wrote before at `path` (`out` as the user named it), removed for the
-    one its resume exports: OutputError naming why where it cannot be. Found by the seventy-
-    ninth round: a model folder made immutable (`chattr +i`) stayed, and the export was said
-    to have met a folder "made or changed by another process"."""
+def _moved_aside(folder: HeldFolder, out: Path, name: str) -> str | None:
+    """The model a run wrote before at `out`, renamed in `folder` beside the export `name`
+    takes its place, and that name; None where there is none (removed by hand). OutputError
+    naming why where it cannot be moved. Found by the seventy-ninth round: a folder made
+    immutable (`chattr +i`) was said to have been "made or changed by another process"; the
+    eighty-first: a file of it made immutable, the rest was removed first, and the run's
+    model/ was left half a model."""
+    aside = f"{name}-replaced"
+    try:
+        os.rename(out.name, aside, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise OutputError(
+            f"{out}: write failed (the model the run wrote before could not be replaced: "
+            f"{write_failure(exc, out)})"
+        ) from None
+    return aside
+
+
+def _earlier_removed(path: Path, out: Path, named: Path) -> None:
+    """The model a run wrote before, moved aside to `path` (`_moved_aside`; `named` as the
+    user knows it) once the new one is at `out`, removed; what cannot be is left there, said
+    in one warning."""
     try:
         shutil.rmtree(path)
-    except FileNotFoundError:  # none yet (removed by hand: written now)
-        return
     except OSError as exc:
-        reason = write_failure(exc, path) or exc.strerror or type(exc).__name__
-        raise OutputError(
-            f"{out}: write failed (the model the run wrote before could not be removed: {reason})"
-        ) from None
+        log.warning(
+            "%s: the model the run wrote before was replaced, but not all of it could be "
+            "removed (%s): what is left is in %s",
+            out,
+            write_failure(exc, path),
+            named,
+        )
 
 
 def _drop_ids_outside_vocabulary(folder: Path) -> None:

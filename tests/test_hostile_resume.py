@@ -5230,7 +5230,36 @@ def test_a_model_folder_that_cannot_be_replaced_is_said_as_that(finished_run, tm
         subprocess.run(["chattr", "-i", str(model)], check=True)
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1].startswith("pipeplan: error: "), lines[-1]
-    said = f"{model}: write failed (the model the run wrote before could not be removed: "
+    said = f"{model}: write failed (the model the run wrote before could not be replaced: "
     assert said + "Operation not permitted)" in lines[-1], lines[-1]
     assert "another process" not in lines[-1]
     assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_model_file_that_cannot_be_removed_leaves_no_half_model(finished_run, tmp_path, capfd):
+    """Found by the eighty-first round: a file of the run's model/ made immutable (`chattr +i
+    model/config.json`), a resume removed the rest of the folder before it failed, and model/
+    held config.json alone, no model. The model before is moved aside first: the resume's
+    model takes its place whole, and what cannot be removed of the one before stays aside,
+    said in one warning."""
+    run = copy_run(finished_run, tmp_path)
+    model = run / "model"
+    stuck = model / "config.json"
+    if subprocess.run(["chattr", "+i", str(stuck)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not allowed here")
+    try:
+        assert cli.main(["run", "--resume", str(run), "--epochs", "2"]) == 0
+        aside = [p for p in run.iterdir() if p.name.endswith("-replaced")]
+        assert len(aside) == 1 and (aside[0] / "config.json").exists()
+    finally:
+        for path in run.rglob("config.json"):
+            subprocess.run(["chattr", "-i", str(path)], capture_output=True)
+    said = capfd.readouterr().err  # rank 0's warning, on the command's console
+    assert f"{model}: the model the run wrote before was replaced, but not all of it" in said
+    assert f"what is left is in {aside[0]}" in said
+    assert (model / "model.safetensors").exists() and (model / "config.json").exists()
+    from transformers import AutoConfig
+
+    assert AutoConfig.from_pretrained(model) is not None
