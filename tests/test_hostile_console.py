@@ -564,6 +564,20 @@ def test_a_working_directory_removed_as_the_command_runs_is_one_line(tmp_path, a
     assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
 
 
+def said_as_removed(gone: Path, code: str, args: list[str]) -> None:
+    """`python -c code ARGS` run in `gone`, which the code removes as the command runs: exit
+    2 and the one line naming it, nothing else on stderr."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=gone, env=env, capture_output=True, text=True,
+        timeout=100,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"pipeplan: error: the working directory was removed ({gone}): run pipeplan from a "
+        "folder that exists"
+    ], done.stderr[-3000:]
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("command", ["run", "export"])
 def test_a_working_directory_removed_as_torch_loads_is_one_line(tmp_path, command):
@@ -586,15 +600,7 @@ def test_a_working_directory_removed_as_torch_loads_is_one_line(tmp_path, comman
         "run": ["run", "--nproc", "1", "--name", "r", "--runs-dir", str(tmp_path / "runs")],
         "export": ["export", str(tmp_path / "runs" / "r"), "--out", str(tmp_path / "m")],
     }[command]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args], cwd=gone, env=env, capture_output=True, text=True,
-        timeout=100,
-    )  # fmt: skip
-    assert done.returncode == 2 and done.stderr.splitlines() == [
-        f"pipeplan: error: the working directory was removed ({gone}): run pipeplan from a "
-        "folder that exists"
-    ], done.stderr[-3000:]
+    said_as_removed(gone, code, args)
     assert not (tmp_path / "runs").exists() and not (tmp_path / "m").exists()
 
 
@@ -620,15 +626,7 @@ def test_a_run_its_removed_working_directory_failed_before_a_step_is_undone(tmp_
         "cli.entry()\n"
     )
     args = ["run", "--nproc", "1", "--name", "r", "--runs-dir", str(tmp_path / "runs")]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args], cwd=gone, env=env, capture_output=True, text=True,
-        timeout=100,
-    )  # fmt: skip
-    assert done.returncode == 2 and done.stderr.splitlines() == [
-        f"pipeplan: error: the working directory was removed ({gone}): run pipeplan from a "
-        "folder that exists"
-    ], done.stderr[-3000:]
+    said_as_removed(gone, code, args)
     assert not (tmp_path / "runs").exists()
 
 
