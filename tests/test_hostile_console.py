@@ -543,8 +543,16 @@ def test_a_working_directory_removed_as_the_command_runs_is_one_line(tmp_path, a
     command's check has passed (its first import of torch): one line naming it, exit 2."""
     gone = tmp_path / "gone"
     gone.mkdir()
-    code = (
-        "import os, sys, torch.nn\n"
+    code = removed_after_its_check(gone, "import os, sys, torch.nn")
+    said_as_removed(gone, code, [a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert not (tmp_path / "runs").exists()
+
+
+def removed_after_its_check(gone: Path, imports: str = "import os, sys") -> str:
+    """The code of a command run by `python -c` that removes `gone` once the command's own
+    check of its working directory has passed, after `imports`."""
+    return (
+        f"{imports}\n"
         "import cli\n"
         "real = cli._check_working_directory\n"
         f"def removed(): real(); os.rmdir({str(gone)!r})\n"
@@ -552,16 +560,6 @@ def test_a_working_directory_removed_as_the_command_runs_is_one_line(tmp_path, a
         "sys.argv = ['pipeplan', *sys.argv[1:]]\n"
         "cli.entry()\n"
     )
-    argv = [sys.executable, "-c", code, *(a.replace("{tmp}", str(tmp_path)) for a in args)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(argv, cwd=gone, env=env, capture_output=True, text=True, timeout=100)
-    lines = done.stderr.splitlines()
-    assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
-    assert lines[0] == (
-        f"pipeplan: error: the working directory was removed ({gone}): run pipeplan from a "
-        "folder that exists"
-    )
-    assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
 
 
 def said_as_removed(gone: Path, code: str, args: list[str]) -> None:
@@ -587,15 +585,7 @@ def test_a_working_directory_removed_as_torch_loads_is_one_line(tmp_path, comman
     torch loads away from it (`startup.away_from_working_directory`): the one line, exit 2."""
     gone = tmp_path / "gone"
     gone.mkdir()
-    code = (
-        "import os, sys\n"
-        "import cli\n"
-        "real = cli._check_working_directory\n"
-        f"def removed(): real(); os.rmdir({str(gone)!r})\n"
-        "cli._check_working_directory = removed\n"
-        "sys.argv = ['pipeplan', *sys.argv[1:]]\n"
-        "cli.entry()\n"
-    )
+    code = removed_after_its_check(gone)
     args = {
         "run": ["run", "--nproc", "1", "--name", "r", "--runs-dir", str(tmp_path / "runs")],
         "export": ["export", str(tmp_path / "runs" / "r"), "--out", str(tmp_path / "m")],
