@@ -193,8 +193,8 @@ def ended_if_directory_removed() -> None:
         return
     if os.environ.get(LAUNCHER_PID) != str(os.getppid()):  # torchrun's (`under_pipeplan_run`)
         sys.stderr.write(f"pipeplan: error: {named_rank()}{gone}\n")
-        os._exit(2)  # bad input, as every refusal of the environment
-    os._exit(1)  # faults.EXIT_FAILED (not imported yet)
+        EXIT(2)  # bad input, as every refusal of the environment
+    EXIT(1)  # faults.EXIT_FAILED (not imported yet)
 
 
 def _stopped_as_it_starts(signum: int, frame: object) -> None:
