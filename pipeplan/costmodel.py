@@ -768,7 +768,7 @@ class CostModel:
         share = max(cells, KEPT_RANK_CELLS // MAX_KEPT_MOVES)
         return self._moves.get(key, lambda: self._move_s(old, new), lambda _: share)
 
-    def _held_by(self, layout: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def held_by(self, layout: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`held_ranges(layout)`, its placement checked first (layouts read from run records,
         calibrate's, reach here unpriced: one line, not an index error, where they do not fit
         this model and cluster), kept: a plan prices each candidate's moves from and to many
@@ -793,8 +793,8 @@ class CostModel:
         return np.concatenate([[0.0], np.cumsum(per_copy)])
 
     def _move_s(self, old: Layout, new: Layout) -> float:
-        held = self._held_by(old)
-        ranks, new_first, new_stop = self._held_by(new)
+        held = self.held_by(old)
+        ranks, new_first, new_stop = self.held_by(new)
         prefix = self.moved_prefix(new.frozen_layers)
         # A rank holds one contiguous range in each layout: it receives the new one minus
         # what it already had (a rank the new layout does not run on receives nothing).

@@ -31,7 +31,6 @@ from pipeplan.costmodel import (
     StageReport,
     alike_key,
     held_at,
-    held_ranges,
     placement_of,
     rank_cells,
     same_placement,
@@ -757,7 +756,7 @@ def _moved_onto(
     first = np.broadcast_to(b[:-1], ranks.shape).reshape(-1)
     stop = np.broadcast_to(b[1:], ranks.shape).reshape(-1)
     prefix = model.moved_prefix(layout.frozen_layers)
-    held = held_ranges(previous)
+    held = model.held_by(previous)  # checked and kept: priced moves read it too
     held_ranks = held[0]
     node = flat // G
     used = np.unique(node)
