@@ -98,9 +98,9 @@ SCHEDULE_LAYER_EVALUATIONS = 200_000
 # model's 209 candidates of 256 cells took 29 s on 256 nodes, where a few devices' plans weigh
 # as many in a second or two. A path that runs out stops, the plan keeps the sequence the last
 # finished one found (at least the greedy's), and a line says so. About 0.15 µs of CPU a cell
-# here: all they ask for vit-digits on 256 × 8 devices with a global batch of 4,096 (70 M,
-# 10 s; cut, it planned 2 % slower: the eightieth round), on 8 × 8 (10 M), bert-large's ten
-# phases on 2 × 8 (2.7 M).
+# here: pruned (branch and bound), vit-digits on 256 × 8 devices with a global batch of 4,096
+# asks 3 M (96 M unpruned; cut at 80 M it planned 2 % slower: the eightieth round), on
+# 4,096 × 8 with 16,384 3 M.
 SCHEDULE_PATH_WORK = 80_000_000
 PATH_PAIR_CELLS = 50
 
@@ -352,7 +352,13 @@ def _elastic(
         return greedy
     if pins.num_stages is None:
         found += _one_stage(model, shape, freeze, pins, work.another())
-    return _over_the_schedule(model, shape, cache, greedy, found, floors, pins, work)
+    shared = work.shared.setdefault((_ScheduleWork, work.pool), _ScheduleWork())
+    cuts = shared.cuts
+    chosen = _over_the_schedule(model, shape, cache, greedy, found, floors, pins, work)
+    if shared.cuts != cuts:  # a limit cut this plan's choice: how far it may be from the best
+        _, least = _phase_floors(model, shape, cache, greedy, floors, pins, work)
+        shared.floors.append((sum(c.total_s(e) for _, e, c in chosen), sum(least)))
+    return chosen
 
 
 def _one_stage(
@@ -415,7 +421,10 @@ def _over_the_schedule(
     evaluated = {e.layout: e for e in found} | {c.layout: c.steady for *_, c in greedy}
     path_work = _PathWork(work.shared.setdefault((_ScheduleWork, work.pool), _ScheduleWork()))
     greedy_total = sum(c.total_s(e) for _, e, c in greedy)
-    path = _shortest_path(model, shape, cache, greedy, placements, evaluated, path_work)
+    # A sequence matters only if it beats the greedy's (ties keep the greedy's), then the best
+    # found so far: the paths prune what cannot.
+    beat = greedy_total * (1 - BEAT_MARGIN)
+    path = _shortest_path(model, shape, cache, greedy, placements, evaluated, path_work, beat)
     if path is None:  # the path's work ran out (SCHEDULE_PATH_WORK): the greedy's sequence
         path_work.shared.cut(greedy_placements, len(placements))
         return greedy
@@ -441,11 +450,15 @@ def _over_the_schedule(
         wider = wider[: min(most, room - len(placements))]
         if wider:
             placements = placements + wider
-            path = _shortest_path(model, shape, cache, greedy, placements, evaluated, path_work)
+            beat = min(best_total, beat)
+            path = _shortest_path(
+                model, shape, cache, greedy, placements, evaluated, path_work, beat
+            )
             if path is None:  # out of work: the last path's sequence
                 path_work.shared.cut(len(placements) - len(wider), len(placements))
                 break
-            best_total, chosen = path
+            if path[0] < best_total:  # (else none beat the last: it stands)
+                best_total, chosen = path
         if every_one or per_search >= WIDENED_PER_SEARCH_MOST:
             break
         per_search, most = per_search * WIDENING_ROUNDS_GROW, most * WIDENING_ROUNDS_GROW
@@ -490,6 +503,41 @@ WIDENING_ROUNDS_GROW = 4
 WIDENED_PER_SEARCH_MOST = 32
 
 
+def _phase_floors(
+    model: CostModel,
+    shape: TrainingShape,
+    cache: bool,
+    greedy: list[tuple[int, int, _Choice]],
+    floors: list[dict[bool, float]],
+    pins: Pins,
+    work: PlanWork,
+) -> tuple[list[dict[bool, float]], list[float]]:
+    """`floors` (the fastest step each phase's searches proved, cached or not) for the
+    options some sequence has (a phase some sequence may cache whose cached floor the greedy
+    never sought is searched for it), and what each phase of `greedy` costs at least in any
+    sequence: E × steps × its lower floor (a miss epoch costs the uncached step and more, a
+    hit epoch the cached one; transitions add)."""
+    kept, least = [], []
+    can_cache = False  # whether some sequence caches the phase (`cache_can_hit`)
+    for p, ((_, epochs, choice), floor) in enumerate(zip(greedy, floors, strict=True)):
+        floor = dict(floor)
+        kept.append(floor)
+        frozen = choice.layout.frozen_layers
+        # (a phase that only fills its cache for the next: `_shortest_path`)
+        can_cache = cache and frozen > 0 and (epochs > 1 or can_cache or p < len(greedy) - 1)
+        if not can_cache:
+            floor.pop(True, None)
+        elif True not in floor:
+            try:
+                floor[True] = solve_phase(
+                    model, shape.global_batch, frozen, True, pins, 0, work=work.another()
+                ).lower_bound_s
+            except PipeplanError:
+                floor[True] = math.inf
+        least.append(epochs * shape.steps_per_epoch * min(floor.values()))
+    return kept, least
+
+
 def _widened(
     model: CostModel,
     shape: TrainingShape,
@@ -513,25 +561,7 @@ def _widened(
     if model.num_layers > DENSE_MAX_LAYERS:
         return [], True
     steps = shape.steps_per_epoch
-    can_cache = False  # whether some sequence caches the phase (`cache_can_hit`)
-    floors = [dict(floor) for floor in floors]
-    for p, ((_, epochs, choice), floor) in enumerate(zip(greedy, floors, strict=True)):
-        frozen = choice.layout.frozen_layers
-        # (a phase that only fills its cache for the next: `_shortest_path`)
-        can_cache = cache and frozen > 0 and (epochs > 1 or can_cache or p < len(greedy) - 1)
-        if not can_cache:
-            floor.pop(True, None)
-        elif True not in floor:  # a cached phase the greedy never priced
-            try:
-                floor[True] = solve_phase(
-                    model, shape.global_batch, frozen, True, pins, 0, work=work.another()
-                ).lower_bound_s
-            except PipeplanError:
-                floor[True] = math.inf
-    least = [
-        epochs * steps * min(floor.values())
-        for (_, epochs, _), floor in zip(greedy, floors, strict=True)
-    ]
+    floors, least = _phase_floors(model, shape, cache, greedy, floors, pins, work)
     # A short schedule of a short model is widened down to a tie: its searches are cheap, and
     # a plan 1.6 % slower than a pin's was left unwidened (the fifty-third round).
     small = len(greedy) * model.num_layers <= WIDEN_ALWAYS_PHASE_LAYERS
@@ -572,12 +602,19 @@ def _shortest_path(
     placements: list[Layout],
     evaluated: dict[Layout, Evaluation],
     work: _PathWork,
+    beat: float = math.inf,
 ) -> tuple[float, list[_Choice]] | None:
     """The cheapest sequence of `placements` over the phases of `greedy` (each with its
-    phase's freeze point; cached where the cache can hit, and uncached) and its total; None
-    where it would do more than `work` has left (SCHEDULE_PATH_WORK).
-    `evaluated`: the simulations known, added to; `work` likewise the rank maps `_moved_onto`
-    offered, and what is left."""
+    phase's freeze point; cached where the cache can hit, and uncached) and its total, if it
+    costs less than `beat` (else (inf, [])); None where it would do more than `work` has left
+    (SCHEDULE_PATH_WORK). `evaluated`: the simulations known, added to; `work` likewise the
+    rank maps `_moved_onto` offered, and what is left.
+
+    Branch and bound: a layout at phase p costs at least its floor there (its epochs at the
+    faster of its cached and uncached steps: transitions only add), each later phase at least
+    its cheapest layout's floor, so a pair whose total so far and those floors reach `beat`
+    is never priced (the eighty-first round: 4,096 × 8 devices' 194 candidates ran out of
+    work, and planned 5.8 % slower than a plan pinned to 10 stages)."""
 
     def steady(layout: Layout) -> Evaluation:
         if layout not in evaluated:
@@ -621,42 +658,69 @@ def _shortest_path(
                 best, total = choice, choice.total_s(epochs)
         return best
 
-    # Per phase, each layout's cheapest (total up to its end, the layout before it, its choice:
-    # on the ranks it moves onto, which the next phase moves from).
-    paths: list[dict[Layout, tuple[float, Layout | None, _Choice]]] = []
-    for p, (_, epochs, greedy_choice) in enumerate(greedy):
-        # A phase that only fills its cache pays off in the next, cached phase (the fifty-
-        # fifth round: never weighed, a plan was 22 % slower than with it); in the last none.
-        followed = p < len(greedy) - 1
+    # Per phase, the layouts that fit and their floors; what the phases after it cost at least.
+    fitting: list[list[tuple[Layout, float]]] = []
+    for _, epochs, greedy_choice in greedy:
         frozen = greedy_choice.layout.frozen_layers
-        ends = sorted(paths[-1].items(), key=lambda end: end[1][0]) if paths else [(None, (0.0,))]
-        # (the layout key, the total so far, the ranks it ran on)
-        ran = [(key, so_far, end[-1].layout if end else None) for key, (so_far, *end) in ends]
-        now: dict[Layout, tuple[float, Layout | None, _Choice]] = {}
+        fitting.append([])
         for placement in placements:
             for cached in [False, True] if cache and frozen > 0 else [False]:
                 layout = _with_freeze(placement, frozen, cached, model)
                 if layout is None or not steady(layout).fits:
                     continue
-                # An uncached phase costs its steps whatever came before and a transition only
-                # adds: once the totals so far reach the best found, none after them is cheaper.
-                floor = 0.0 if cached else shape.steps_per_epoch * epochs * steady(layout).step_s
-                for key, so_far, previous in ran:
-                    if layout in now and so_far + floor >= now[layout][0]:
-                        break
-                    if cached and not (followed or cache_can_hit(epochs, previous)):
+                step_s = steady(layout).step_s
+                if cached:  # a miss costs the uncached step and more, a hit the cached one
+                    step_s = min(step_s, uncached_steady(layout).step_s)
+                fitting[-1].append((layout, shape.steps_per_epoch * epochs * step_s))
+    after = [0.0] * len(greedy)
+    for p in reversed(range(len(greedy) - 1)):
+        after[p] = after[p + 1] + min((f for _, f in fitting[p + 1]), default=math.inf)
+    # (a floor computed in another order than the total it bounds may differ in its last bits)
+    beat *= 1 + BEAT_MARGIN
+
+    # Per phase, each layout's cheapest (total up to its end, the layout before it, its choice:
+    # on the ranks it moves onto, which the next phase moves from).
+    paths: list[dict[Layout, tuple[float, Layout | None, _Choice]]] = []
+    for p, (_, epochs, _) in enumerate(greedy):
+        # A phase that only fills its cache pays off in the next, cached phase (the fifty-
+        # fifth round: never weighed, a plan was 22 % slower than with it); in the last none.
+        followed = p < len(greedy) - 1
+        ends = sorted(paths[-1].items(), key=lambda end: end[1][0]) if paths else [(None, (0.0,))]
+        # (the layout key, the total so far, the ranks it ran on)
+        ran = [(key, so_far, end[-1].layout if end else None) for key, (so_far, *end) in ends]
+        # A move between placements unalike but for their ranks costs at least the process
+        # groups' rebuild (`priced`): those alike first, then the rest at that floor.
+        alike: dict[tuple, list] = {}
+        for end in ran:
+            if end[2] is not None:
+                alike.setdefault(_unplaced(end[2]), []).append(end)
+        now: dict[Layout, tuple[float, Layout | None, _Choice]] = {}
+        for layout, floor in fitting[p]:
+            first = alike.get(_unplaced(layout), [])
+            rest = [end for end in ran if all(end is not f for f in first)] if first else ran
+            rebuild = model.group_rebuild_s if paths else 0.0
+            # The totals so far rise: once one with the floors reaches the best found for this
+            # layout, or `beat` less what the later phases cost at least, none after it is less.
+            for n, (key, so_far, previous) in enumerate(first + rest):
+                bound = beat - after[p]
+                if layout in now:
+                    bound = min(bound, now[layout][0])
+                if so_far + floor + (0.0 if n < len(first) else rebuild) >= bound:
+                    if n < len(first):
                         continue
-                    beat = now[layout][0] - so_far if layout in now else math.inf
-                    work.shared.paths_left -= PATH_PAIR_CELLS + rank_cells(layout.rank_map)
-                    if work.shared.paths_left < 0:
-                        return None
-                    choice = priced(layout, previous, epochs, beat)
-                    total = so_far + choice.total_s(epochs)
-                    if layout not in now or total < now[layout][0]:
-                        now[layout] = (total, key, choice)
+                    break
+                if layout.cached and not (followed or cache_can_hit(epochs, previous)):
+                    continue
+                work.shared.paths_left -= PATH_PAIR_CELLS + rank_cells(layout.rank_map)
+                if work.shared.paths_left < 0:
+                    return None
+                choice = priced(layout, previous, epochs, bound - so_far)
+                total = so_far + choice.total_s(epochs)
+                if total < bound:
+                    now[layout] = (total, key, choice)
         paths.append(now)
-    if not paths[-1]:
-        return math.inf, []
+        if not now:  # no sequence beats `beat`
+            return math.inf, []
     last = min(paths[-1], key=lambda layout: paths[-1][layout][0])
     chosen: list[_Choice] = []
     layout: Layout | None = last
@@ -698,10 +762,16 @@ class _ScheduleWork:
     moves_left: int = field(default_factory=lambda: MOVE_SEARCH_WORK)
     weighed: list[tuple[int, int]] = field(default_factory=list)  # (weighed, of) where cut
     moves_cut: int = 0  # moves (distinct) not sought
+    # (total, what any sequence costs at least) of each plan a limit cut
+    floors: list[tuple[float, float]] = field(default_factory=list)
 
     def cut(self, weighed: int, of: int) -> None:
         """A path ran out: the plan keeps what `weighed` of its `of` candidates gave."""
         self.weighed.append((weighed, of))
+
+    @property
+    def cuts(self) -> tuple[int, int]:
+        return len(self.weighed), self.moves_cut
 
     @staticmethod
     def report(pools: list[_ScheduleWork]) -> None:
@@ -717,10 +787,17 @@ class _ScheduleWork:
             said.append(f"weighed {each} candidate layouts{plans}")
         if moves_cut:
             said.append(f"sought no other ranks for {moves_cut:,} moves")
+        # How much faster any plan could be, from the phases' proven floors (the eighty-first
+        # round: a cut plan was 5.8 % slower than a pinned one, and the line gave no bound).
+        gaps = [1.0 - least / total for pool in pools for total, least in pool.floors]
+        by = ""
+        if gaps and all(0.0 <= gap < 1.0 for gap in gaps):
+            by = f", by at most {max(gaps) * 100:.1f} %"
         log.info(
             "the choice of layouts over the schedule stopped at its work limit (%s): a plan "
-            "pinned to other choices (--stages, --micro-batches, --schedule) may be faster",
+            "pinned to other choices (--stages, --micro-batches, --schedule) may be faster%s",
             "; ".join(said),
+            by,
         )
 
 
