@@ -283,7 +283,7 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 import executor
-from executor import faults
+from executor import faults, leftovers
 from executor.cache import remove_own_caches, remove_run_caches, remove_stale_caches
 from executor.checkpoint import (
     PARTIAL_FOLDERS,
@@ -1950,8 +1950,14 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     # A resume's ranks rewrite the records past its checkpoint once they train: until then
     # run.jsonl is the old run's, which places no failure of this one (`failure_line`).
     old_records = _file_state(run_dir / "run.jsonl") if resume else None
+    marks: dict[str, str] = {}  # what every process of the run carries (`run_marks`)
     try:
-        with agent_scope(logs) as launcher_log, watch, stops:
+        with (
+            agent_scope(logs) as launcher_log,
+            watch,
+            stops,
+            leftovers.Watch(marks := run_marks()),
+        ):
             elastic_launch(local_config(cfg.nproc, logs), RANK_SHELL[0])(*args)
         # Every rank exited 0, one (nproc 1: the only one) before its end.
         if early := ended_early(logs, range(cfg.nproc)):
@@ -1988,7 +1994,10 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         # What the ranks' code left running or stopped, however they ended (the seventy-
         # eighth round: a data code's child that stopped itself outlived the run).
         # Said on a run that ended well; a failure's line stays the only one.
-        if left := faults.end_left_behind(watch.pids.values()):
+        left = faults.end_left_behind(watch.pids.values())
+        # and what went where no session shows it (a session of its own, a daemon's parent)
+        left += [pid for pid in leftovers.end_marked(marks) if pid not in left]
+        if left:
             said = log.warning if sys.exc_info()[0] is None else log.debug
             said("the ranks' code left %s running or stopped: killed", _processes(left))
         # However the ranks ended, their AutoCache goes as at a normal end: a rank killed by
@@ -2004,6 +2013,12 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         # callbacks, and its forked children's report folder stayed (the seventy-eighth round).
         remove_left_scratch()
     return load(RunSummary, run_dir / "summary.json")
+
+
+def run_marks() -> dict[str, str]:
+    """The variables `agent_scope` set that every process of this run carries in its
+    environment, the ranks and whatever their code starts (`leftovers.end_marked`)."""
+    return {LAUNCHER_PID: os.environ[LAUNCHER_PID], RUN_DIR_ID: os.environ[RUN_DIR_ID]}
 
 
 def _processes(pids: list[int]) -> str:

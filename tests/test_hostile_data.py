@@ -9249,6 +9249,104 @@ def test_a_child_the_ranks_code_left_stopped_is_ended_with_the_run(tmp_path):
                 os.kill(pid, signal.SIGKILL)
 
 
+SESSION_CHILD_LOAD = """\
+import os, sys, time, torch
+
+class Forks(torch.utils.data.TensorDataset):
+    def __getitem__(self, index):
+        if os.environ.get("RANK") == "1" and not getattr(self, "forked", False):
+            self.forked = True
+            if os.fork() == 0:  # a daemon: a session of its own, its parent gone
+                os.setsid()
+                if os.fork() == 0:
+                    with open(os.path.join({folder!r}, str(os.getpid())), "w"):
+                        pass
+                    time.sleep(300)  # holding the console's descriptors
+                os._exit(0)
+        return super().__getitem__(index)
+
+def load():
+    x, y = torch.zeros(80, 1, 8, 8), torch.arange(80) % 10
+    return Forks(x, y), torch.utils.data.TensorDataset(x, y)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_daemon_the_ranks_code_started_is_ended_with_the_run(tmp_path):
+    """Found by the eighty-first round: a child the data code started in a session of its own
+    (`os.setsid()`, a daemon's double fork) outlived the run, out of reach of the ranks'
+    sessions, and held the console: `pipeplan run … | cat` never ended. The launcher ends
+    every process that carries the run's marks in its environment: the output's pipe closes
+    with the run (`capture_output` reads it to its end), and the daemon is gone."""
+    children = tmp_path / "children"
+    children.mkdir()
+    (tmp_path / "forks.py").write_text(
+        SESSION_CHILD_LOAD.replace("{folder!r}", repr(str(children)))
+    )
+    argv = shlex.split(
+        "run --nproc 2 --name x --model vit-digits --global-batch 16 --epochs 1 "
+        f"--max-steps-per-epoch 2 --data {tmp_path / 'forks.py'}:load "
+        f"--runs-dir {tmp_path / 'runs'}"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "cli", *argv], capture_output=True, text=True, timeout=100,
+            cwd=Path(cli.__file__).resolve().parent,
+        )  # fmt: skip
+        pids = [int(p.name) for p in children.iterdir()]
+        assert done.returncode == 0, done.stderr
+        assert len(pids) == 1, pids
+        assert f"left 1 process (pid {pids[0]}) running or stopped: killed" in done.stderr
+        assert faults.session_of(pids[0]) is None or _state(pids[0]) == "Z", _state(pids[0])
+    finally:
+        for child in children.iterdir():
+            with contextlib.suppress(OSError):
+                os.kill(int(child.name), signal.SIGKILL)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_what_the_ranks_code_started_ends_when_pipeplan_run_is_killed(tmp_path):
+    """Found by the eighty-first round: after `kill -9` of `pipeplan run`, which runs no
+    clean-up, its ranks died (the kernel's parent-death signal) but what their code had
+    started stayed. A watch process the launcher starts beside the ranks ends it: here a
+    daemon (a session of its own), gone within seconds of the kill."""
+    children = tmp_path / "children"
+    children.mkdir()
+    (tmp_path / "forks.py").write_text(
+        SESSION_CHILD_LOAD.replace("{folder!r}", repr(str(children)))
+    )
+    argv = shlex.split(
+        "run --nproc 2 --name x --model vit-digits --global-batch 16 --epochs 1 "
+        f"--max-steps-per-epoch 50 --data {tmp_path / 'forks.py'}:load "
+        f"--runs-dir {tmp_path / 'runs'}"
+    )
+    with open(tmp_path / "out", "w") as out:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "cli", *argv], stdout=out, stderr=out,
+            cwd=Path(cli.__file__).resolve().parent,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while not any(children.iterdir()) and run.poll() is None:
+            assert time.monotonic() < deadline, (tmp_path / "out").read_text()
+            time.sleep(0.1)
+        assert run.poll() is None, (tmp_path / "out").read_text()
+        (pid,) = [int(p.name) for p in children.iterdir()]
+        run.kill()
+        run.wait()
+        deadline = time.monotonic() + 15  # the ranks' parent-death signal, then the watch's
+        while faults.session_of(pid) is not None and _state(pid) != "Z":
+            assert time.monotonic() < deadline, f"pid {pid} is still {_state(pid)}"
+            time.sleep(0.1)
+    finally:
+        run.kill()
+        for child in children.iterdir():
+            with contextlib.suppress(OSError):
+                os.kill(int(child.name), signal.SIGKILL)
+
+
 def _state(pid: int) -> str | None:
     """Process `pid`'s state letter (/proc/PID/stat), None where it is gone."""
     try:
