@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -499,23 +499,41 @@ def session_of(pid: int) -> int | None:
         return None
 
 
-def end_left_behind(leaders: Collection[int]) -> list[int]:
-    """SIGKILL every process still in the sessions that `leaders`, ranks that have ended, led
-    (torch starts each rank in a session of its own), and return their pids: what the rank's
-    code started and left running, or stopped, when the rank ended. Found by the seventy-
-    eighth round: a child that the data code forked and that stopped itself (SIGSTOP) stayed,
-    stopped, after the run, and after Ctrl-C or SIGTERM to pipeplan (its pending SIGTERM
-    acts only once it is continued). Each is signalled through a pidfd opened before its
-    session is read again: a pid that another process took since the look is not signalled.
-    A rank's session keeps its number from being taken while any process is in it; a leader
-    whose number a live process holds is not one of the ranks, and its session is left.
+def boot_ticks() -> int:
+    """Now, in the clock ticks since boot that a process's start time is counted in
+    (/proc/PID/stat's starttime: `started_at`)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
 
-        end_left_behind(watch.pids.values())   # [19049]: a data code's stopped child
+
+def started_at(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (`boot_ticks`); None where it is
+    gone or there is no /proc to ask."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def end_left_behind(leaders: Mapping[int, int]) -> list[int]:
+    """SIGKILL every process still in the sessions that `leaders`, ranks that have ended, led
+    (torch starts each rank in a session of its own), that started while its rank lived
+    (`leaders`: pid → when it was last seen alive, `boot_ticks`), and return their pids: what
+    the rank's code started and left running, or stopped, when the rank ended. Found by the
+    seventy-eighth round: a child that the data code forked and that stopped itself (SIGSTOP)
+    stayed, stopped, after the run, and after Ctrl-C or SIGTERM to pipeplan (its pending
+    SIGTERM acts only once it is continued). Each is signalled through a pidfd opened before
+    its session and start are read again: a pid that another process took since the look is
+    not signalled.
+
+    A rank's number is free once it is reaped: another program may take it for a session of
+    its own (the eighty-first round's tester forced it). A leader whose number a live process
+    holds is that program, and its session is left; where that program has ended and left
+    children, they started after the rank's last sign of life, and are left too.
+
+        end_left_behind(watch.alive)   # [19049]: a data code's stopped child
     """
-    # A leader's pid that a live process holds now is another program's (its number taken
-    # since the rank ended: the eighty-first round's tester forced it), and so is the
-    # session: left alone.
-    leaders = {leader for leader in leaders if session_of(leader) is None}
+    leaders = {pid: seen for pid, seen in leaders.items() if session_of(pid) is None}
     killed = []
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         pid = int(entry) if entry.isdigit() else 0
@@ -527,7 +545,8 @@ def end_left_behind(leaders: Collection[int]) -> list[int]:
         except OSError:  # gone meanwhile
             continue
         try:
-            if session_of(pid) == leader:
+            started = started_at(pid)
+            if session_of(pid) == leader and started is not None and started <= leaders[leader]:
                 signal.pidfd_send_signal(handle, signal.SIGKILL)
                 killed.append(pid)
         except OSError:
@@ -573,6 +592,7 @@ class StoppedRanks(threading.Thread):
         self.world, self.timeout_s, self.marker = world, timeout_s, marker
         self.launcher = os.getpid()
         self.pids: dict[int, int] = {}  # rank → pid, as found
+        self.alive: dict[int, int] = {}  # pid → when it was last seen alive (`boot_ticks`)
         self.ended: set[int] = set()  # the ranks killed for being stopped
         self.held: dict[int, tuple[int, int]] = {}  # rank → (pid, tracer): dead, not reaped
         self._waking: set[int] = set()  # the pids the agent is stopping, to wake
@@ -606,7 +626,10 @@ class StoppedRanks(threading.Thread):
             if len(self.pids) < self.world:
                 self._find()
             for rank, pid in self.pids.items():
+                seen = boot_ticks()  # (before the look: alive at least until then)
                 state = child_state(pid, self.launcher)
+                if state not in (None, "Z"):
+                    self.alive[pid] = seen
                 held = state == "Z" and rank not in self.held
                 if held and now - dead.setdefault(rank, now) > REAP_S:
                     self._let_go(rank, pid)

@@ -1994,7 +1994,7 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         # What the ranks' code left running or stopped, however they ended (the seventy-
         # eighth round: a data code's child that stopped itself outlived the run).
         # Said on a run that ended well; a failure's line stays the only one.
-        left = faults.end_left_behind(watch.pids.values())
+        left = faults.end_left_behind(watch.alive)
         # and what went where no session shows it (a session of its own, a daemon's parent)
         left += [pid for pid in leftovers.end_marked(marks) if pid not in left]
         if left:

@@ -9360,7 +9360,9 @@ def test_a_session_whose_leader_lives_is_not_a_ranks_left_behind(tmp_path):
     """Found by the eighty-first round: a rank's pid, taken after it ended by another
     program that started a session of its own (forced through ns_last_pid), made the
     launcher's sweep kill that program's child. A leader that lives is not a rank that
-    ended: its session is left alone; one whose leader is gone is swept."""
+    ended: its session is left alone; one whose leader is gone is swept of what started
+    while the rank was alive, and only that (the tester's case: the program that took the
+    number had ended, leaving its child)."""
     code = (
         "import os, time\n"
         "os.setsid()\n"
@@ -9383,11 +9385,16 @@ def test_a_session_whose_leader_lives_is_not_a_ranks_left_behind(tmp_path):
                 None,
             )  # fmt: skip
         assert child is not None
-        assert faults.end_left_behind([leader.pid]) == []
+        seen = faults.boot_ticks()
+        assert faults.end_left_behind({leader.pid: seen}) == []
         assert _state(child) not in (None, "Z")
         leader.kill()
         leader.wait(10)
-        assert faults.end_left_behind([leader.pid]) == [child]
+        # An ended leader's session: its child started before the leader was last seen alive
+        # is swept; one started after it is another program's, left alone.
+        assert faults.end_left_behind({leader.pid: faults.started_at(child) - 1}) == []
+        assert _state(child) not in (None, "Z")
+        assert faults.end_left_behind({leader.pid: seen}) == [child]
     finally:
         leader.kill()
         leader.wait(10)
