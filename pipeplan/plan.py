@@ -433,17 +433,13 @@ def _over_the_schedule(
     # all of its allowance) or the caps are reached: each round lists more per search, within
     # the allowance the best total so far leaves, which only shrinks.
     per_search, most = WIDENED_PER_SEARCH, WIDENED_MOST
-    while room > len(placements):  # else nothing widened could be weighed: not searched for
+    # Long models' searches run out of work before they prove anything: none widened.
+    proven = None  # the phases' floors and least costs (`_phase_floors`), sought once
+    while room > len(placements) and model.num_layers <= DENSE_MAX_LAYERS:
+        # (else nothing widened could be weighed: not searched for)
+        proven = proven or _phase_floors(model, shape, cache, greedy, floors, pins, work)
         wider, every_one = _widened(
-            model,
-            shape,
-            cache,
-            greedy,
-            floors,
-            pins,
-            work,
-            min(best_total, greedy_total),
-            per_search,
+            model, shape, greedy, proven, pins, work, min(best_total, greedy_total), per_search
         )
         wider = [p for p in dict.fromkeys(wider) if p not in placements]
         every_one = every_one and len(wider) <= min(most, room - len(placements))
@@ -541,9 +537,8 @@ def _phase_floors(
 def _widened(
     model: CostModel,
     shape: TrainingShape,
-    cache: bool,
     greedy: list[tuple[int, int, _Choice]],
-    floors: list[dict[bool, float]],
+    proven: tuple[list[dict[bool, float]], list[float]],
     pins: Pins,
     work: PlanWork,
     total_s: float,
@@ -556,12 +551,10 @@ def _widened(
     cached one; transitions add), so a sequence faster than `total_s` uses at phase p only
     layouts whose step is at most (`total_s` − the other phases' least costs) / (E_p ×
     steps): `layouts_within` lists the fastest of them. None when no sequence can be more
-    than WIDEN_GAP faster, or for long models, whose searches run out of work before they
-    prove anything (both: all of them, as far as widening goes)."""
-    if model.num_layers > DENSE_MAX_LAYERS:
-        return [], True
+    than WIDEN_GAP faster (all of them, as far as widening goes). `proven`: the phases'
+    floors and least costs (`_phase_floors`)."""
     steps = shape.steps_per_epoch
-    floors, least = _phase_floors(model, shape, cache, greedy, floors, pins, work)
+    floors, least = proven
     # A short schedule of a short model is widened down to a tie: its searches are cheap, and
     # a plan 1.6 % slower than a pin's was left unwidened (the fifty-third round).
     small = len(greedy) * model.num_layers <= WIDEN_ALWAYS_PHASE_LAYERS
