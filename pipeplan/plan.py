@@ -16,6 +16,7 @@ the executor applies. Same inputs give byte-identical `dumps(plan)`.
 from __future__ import annotations
 
 import collections
+import heapq
 import itertools
 import logging
 import math
@@ -99,8 +100,8 @@ SCHEDULE_LAYER_EVALUATIONS = 200_000
 # as many in a second or two. A path that runs out stops, the plan keeps the sequence the last
 # finished one found (at least the greedy's), and a line says so. About 0.15 µs of CPU a cell
 # here: pruned (branch and bound), vit-digits on 256 × 8 devices with a global batch of 4,096
-# asks 3 M (96 M unpruned; cut at 80 M it planned 2 % slower: the eightieth round), on
-# 4,096 × 8 with 16,384 3 M.
+# asks 1.3 M (96 M unpruned; cut at 80 M it planned 2 % slower: the eightieth round), on
+# 4,096 × 8 with 16,384 2.8 M.
 SCHEDULE_PATH_WORK = 80_000_000
 PATH_PAIR_CELLS = 50
 
@@ -603,11 +604,14 @@ def _shortest_path(
     (SCHEDULE_PATH_WORK). `evaluated`: the simulations known, added to; `work` likewise the
     rank maps `_moved_onto` offered, and what is left.
 
-    Branch and bound: a layout at phase p costs at least its floor there (its epochs at the
-    faster of its cached and uncached steps: transitions only add), each later phase at least
-    its cheapest layout's floor, so a pair whose total so far and those floors reach `beat`
-    is never priced (the eighty-first round: 4,096 × 8 devices' 194 candidates ran out of
-    work, and planned 5.8 % slower than a plan pinned to 10 stages)."""
+    Branch and bound: a layout at phase p costs at least its floor there (its epochs at its
+    step; cached, the first at the uncached step unless the layout before was cached, the
+    others at the faster of the two: transitions only add), and more after a placement
+    unalike but for its ranks (the groups' rebuild); each later phase at least its cheapest
+    layout's floor. The ends before are taken least first, and a pair whose least reaches the
+    best found for the layout or `beat` is never priced (the eighty-first round: 4,096 × 8
+    devices' 194 candidates ran out of work, and planned 5.8 % slower than a plan pinned to
+    10 stages)."""
 
     def steady(layout: Layout) -> Evaluation:
         if layout not in evaluated:
@@ -651,8 +655,11 @@ def _shortest_path(
                 best, total = choice, choice.total_s(epochs)
         return best
 
-    # Per phase, the layouts that fit and their floors; what the phases after it cost at least.
-    fitting: list[list[tuple[Layout, float]]] = []
+    # Per phase, the layouts that fit and their floors after a cached layout and after another
+    # (a cached phase's first epoch only fills its cache unless the previous one's survives:
+    # a miss costs the uncached step and more, a hit the cached one); what the phases after
+    # it cost at least.
+    fitting: list[list[tuple[Layout, float, float]]] = []
     for _, epochs, greedy_choice in greedy:
         frozen = greedy_choice.layout.frozen_layers
         fitting.append([])
@@ -661,13 +668,16 @@ def _shortest_path(
                 layout = _with_freeze(placement, frozen, cached, model)
                 if layout is None or not steady(layout).fits:
                     continue
-                step_s = steady(layout).step_s
-                if cached:  # a miss costs the uncached step and more, a hit the cached one
-                    step_s = min(step_s, uncached_steady(layout).step_s)
-                fitting[-1].append((layout, shape.steps_per_epoch * epochs * step_s))
+                epoch_s = shape.steps_per_epoch * steady(layout).step_s
+                fresh = covered = epochs * epoch_s
+                if cached:
+                    miss_s = shape.steps_per_epoch * uncached_steady(layout).step_s
+                    covered = epochs * min(epoch_s, miss_s)
+                    fresh = miss_s + (epochs - 1) * min(epoch_s, miss_s)
+                fitting[-1].append((layout, covered, fresh))
     after = [0.0] * len(greedy)
     for p in reversed(range(len(greedy) - 1)):
-        after[p] = after[p + 1] + min((f for _, f in fitting[p + 1]), default=math.inf)
+        after[p] = after[p + 1] + min((f for _, f, _ in fitting[p + 1]), default=math.inf)
     # (a floor computed in another order than the total it bounds may differ in its last bits)
     beat *= 1 + BEAT_MARGIN
 
@@ -679,28 +689,39 @@ def _shortest_path(
         # fifth round: never weighed, a plan was 22 % slower than with it); in the last none.
         followed = p < len(greedy) - 1
         ends = sorted(paths[-1].items(), key=lambda end: end[1][0]) if paths else [(None, (0.0,))]
-        # (the layout key, the total so far, the ranks it ran on)
-        ran = [(key, so_far, end[-1].layout if end else None) for key, (so_far, *end) in ends]
+        # (the layout key, the total so far, the ranks it ran on), cheapest first, by whether
+        # it was cached and what its placement holds but its ranks
+        ran: dict[bool, list[tuple[tuple, Layout | None, float, Layout | None]]] = {
+            False: [],
+            True: [],
+        }
+        for key, (so_far, *end) in ends:
+            previous = end[-1].layout if end else None
+            unplaced = _unplaced(previous) if previous is not None else ()
+            ran[previous is not None and previous.cached].append((unplaced, key, so_far, previous))
         # A move between placements unalike but for their ranks costs at least the process
         # groups' rebuild (`priced`): those alike first, then the rest at that floor.
-        alike: dict[tuple, list] = {}
-        for end in ran:
-            if end[2] is not None:
-                alike.setdefault(_unplaced(end[2]), []).append(end)
+        rebuild = model.group_rebuild_s if paths else 0.0
         now: dict[Layout, tuple[float, Layout | None, _Choice]] = {}
-        for layout, floor in fitting[p]:
-            first = alike.get(_unplaced(layout), [])
-            rest = [end for end in ran if all(end is not f for f in first)] if first else ran
-            rebuild = model.group_rebuild_s if paths else 0.0
-            # The totals so far rise: once one with the floors reaches the best found for this
-            # layout, or `beat` less what the later phases cost at least, none after it is less.
-            for n, (key, so_far, previous) in enumerate(first + rest):
+        for layout, covered, fresh in fitting[p]:
+            unplaced = _unplaced(layout)
+            # Each previous end with what this layout would cost after it at least, least first
+            # (each kind's ends are in order of their totals: merged, not sorted).
+            kinds = []
+            for was_cached, floor in ((True, covered), (False, fresh)):
+                for alike in (True, False):
+                    least = floor + (0.0 if alike else rebuild)
+                    ends_of = [e for e in ran[was_cached] if (e[0] == unplaced) == alike]
+                    kinds.append(
+                        [(so_far + least, key, so_far, prev) for _, key, so_far, prev in ends_of]
+                    )
+            # The least rises: once it reaches the best found for this layout, or `beat` less
+            # what the later phases cost at least, none after it is less.
+            for least, key, so_far, previous in heapq.merge(*kinds, key=lambda end: end[0]):
                 bound = beat - after[p]
                 if layout in now:
                     bound = min(bound, now[layout][0])
-                if so_far + floor + (0.0 if n < len(first) else rebuild) >= bound:
-                    if n < len(first):
-                        continue
+                if least >= bound:
                     break
                 if layout.cached and not (followed or cache_can_hit(epochs, previous)):
                     continue
