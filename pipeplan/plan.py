@@ -520,6 +520,9 @@ def _phase_floors(
         floor = dict(floor)
         kept.append(floor)
         frozen = choice.layout.frozen_layers
+        # Where no sequence caches the phase before, a cached phase's first epoch only fills
+        # its cache: it costs the uncached step and more.
+        filled_first = not can_cache
         # (a phase that only fills its cache for the next: `_shortest_path`)
         can_cache = cache and frozen > 0 and (epochs > 1 or can_cache or p < len(greedy) - 1)
         if not can_cache:
@@ -531,7 +534,11 @@ def _phase_floors(
                 ).lower_bound_s
             except PipeplanError:
                 floor[True] = math.inf
-        least.append(epochs * shape.steps_per_epoch * min(floor.values()))
+        lowest = min(floor.values())
+        if filled_first and False in floor:
+            least.append(shape.steps_per_epoch * (floor[False] + (epochs - 1) * lowest))
+        else:
+            least.append(epochs * shape.steps_per_epoch * lowest)
     return kept, least
 
 

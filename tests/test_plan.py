@@ -537,8 +537,15 @@ def test_the_plan_is_the_cheapest_sequence_of_the_layouts_its_searches_found(
         seen.update(placements=list(placements))  # the last: with the widened ones
         return path(model, shape, cache, greedy, placements, *rest)
 
+    floors = planning._phase_floors
+
+    def proven(*args):
+        seen.update(proven=floors(*args))
+        return seen["proven"]
+
     monkeypatch.setattr(planning, "_over_the_schedule", spy)
     monkeypatch.setattr(planning, "_shortest_path", weighed)
+    monkeypatch.setattr(planning, "_phase_floors", proven)
     # Every sequence is enumerated below: a couple of widened layouts, not 40, in one round
     # (the further rounds' larger caps made seeds 5 and 27 take a minute each; they are
     # covered by test_a_boundaries_pin_never_plans_faster_than_the_free_plan).
@@ -583,6 +590,8 @@ def test_the_plan_is_the_cheapest_sequence_of_the_layouts_its_searches_found(
         priced = priced_phases(plan.model_copy(update={"phases": phases}), profile)
         totals.append(sum(p.total_s for p in priced))
     assert plan.predicted_total_s == pytest.approx(min(totals), rel=1e-6)
+    if "proven" in seen:  # no sequence costs less than the phases' least costs together
+        assert min(totals) >= sum(seen["proven"][1]) * (1 - 1e-8)  # (totals: 9 digits)
     if gains:
         assert plan.predicted_total_s < greedy_total * 0.95
     else:
