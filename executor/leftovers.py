@@ -132,7 +132,7 @@ def watch(argv: list[str]) -> None:
         select.select([os.pidfd_open(launcher)], [], [])  # readable once it has ended
     except ProcessLookupError:  # ended already
         pass
-    except OSError:  # no pidfd here: its parent is the launcher until the launcher ends
+    except (OSError, AttributeError):  # no pidfd here: its parent is the launcher until it ends
         while os.getppid() == launcher:
             time.sleep(1.0)
     end_marked(marks)

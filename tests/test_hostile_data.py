@@ -9347,6 +9347,41 @@ def test_what_the_ranks_code_started_ends_when_pipeplan_run_is_killed(tmp_path):
                 os.kill(int(child.name), signal.SIGKILL)
 
 
+@pytest.mark.timeout(60)
+def test_only_the_processes_that_carry_the_runs_marks_are_ended():
+    """`leftovers.end_marked` ends what carries every mark in its environment (a run's
+    processes, wherever they went: here in sessions of their own), and nothing that lacks
+    one: another run's (its own values), the user's (none)."""
+    from executor import leftovers
+
+    marks = {"PIPEPLAN_LAUNCHER_PID": "4242", "PIPEPLAN_RUN_DIR_ID": "2049:1835"}
+    other = {**marks, "PIPEPLAN_RUN_DIR_ID": "2049:1836"}
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("PIPEPLAN_")}
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(60)"],
+            env={**bare, **env},
+            start_new_session=True,
+        )
+        for env in (marks, marks, other, {})
+    ]
+    try:
+        deadline = time.monotonic() + 10  # each exec'd with its environment
+        while not all(
+            b"PIPEPLAN_" in Path(f"/proc/{p.pid}/environ").read_bytes() for p in started[:3]
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert sorted(leftovers.end_marked(marks)) == sorted(p.pid for p in started[:2])
+        assert [p.wait(10) for p in started[:2]] == [-signal.SIGKILL] * 2
+        assert [p.poll() for p in started[2:]] == [None, None]
+        assert leftovers.end_marked(marks) == []
+    finally:
+        for p in started:
+            p.kill()
+            p.wait(10)
+
+
 def _state(pid: int) -> str | None:
     """Process `pid`'s state letter (/proc/PID/stat), None where it is gone."""
     try:
