@@ -357,8 +357,12 @@ def _elastic(
     cuts = shared.cuts
     chosen = _over_the_schedule(model, shape, cache, greedy, found, floors, pins, work)
     if shared.cuts != cuts:  # a limit cut this plan's choice: how far it may be from the best
-        _, least = _phase_floors(model, shape, cache, greedy, floors, pins, work)
-        shared.floors.append((sum(c.total_s(e) for _, e, c in chosen), sum(least)))
+        # (from what the searches proved: no search more, which the searches' own line would
+        # count, the eighty-second round)
+        _, least = _phase_floors(model, shape, cache, greedy, floors, pins, work, search=False)
+        total = sum(c.total_s(e) for _, e, c in chosen)
+        # (no flag pins the replicas: only the preview's repartition ablation does)
+        shared.floors.append((total, sum(least), replace(pins, replicas=None) != Pins()))
     return chosen
 
 
@@ -508,12 +512,14 @@ def _phase_floors(
     floors: list[dict[bool, float]],
     pins: Pins,
     work: PlanWork,
+    search: bool = True,
 ) -> tuple[list[dict[bool, float]], list[float]]:
     """`floors` (the fastest step each phase's searches proved, cached or not) for the
     options some sequence has (a phase some sequence may cache whose cached floor the greedy
     never sought is searched for it), and what each phase of `greedy` costs at least in any
     sequence: E × steps × its lower floor (a miss epoch costs the uncached step and more, a
-    hit epoch the cached one; transitions add)."""
+    hit epoch the cached one; transitions add). Without `search`, a cached floor never sought
+    is 0."""
     kept, least = [], []
     can_cache = False  # whether some sequence caches the phase (`cache_can_hit`)
     for p, ((_, epochs, choice), floor) in enumerate(zip(greedy, floors, strict=True)):
@@ -527,6 +533,8 @@ def _phase_floors(
         can_cache = cache and frozen > 0 and (epochs > 1 or can_cache or p < len(greedy) - 1)
         if not can_cache:
             floor.pop(True, None)
+        elif True not in floor and not search:
+            floor[True] = 0.0
         elif True not in floor:
             try:
                 floor[True] = solve_phase(
@@ -783,8 +791,8 @@ class _ScheduleWork:
     moves_left: int = field(default_factory=lambda: MOVE_SEARCH_WORK)
     weighed: list[tuple[int, int]] = field(default_factory=list)  # (weighed, of) where cut
     moves_cut: int = 0  # moves (distinct) not sought
-    # (total, what any sequence costs at least) of each plan a limit cut
-    floors: list[tuple[float, float]] = field(default_factory=list)
+    # (total, what any sequence costs at least, whether pinned) of each plan a limit cut
+    floors: list[tuple[float, float, bool]] = field(default_factory=list)
 
     def cut(self, weighed: int, of: int) -> None:
         """A path ran out: the plan keeps what `weighed` of its `of` candidates gave."""
@@ -810,10 +818,17 @@ class _ScheduleWork:
             said.append(f"sought no other ranks for {moves_cut:,} moves")
         # How much faster any plan could be, from the phases' proven floors (the eighty-first
         # round: a cut plan was 5.8 % slower than a pinned one, and the line gave no bound).
-        gaps = [1.0 - least / total for pool in pools for total, least in pool.floors]
+        # Under pins, the floors are of plans that keep them: other pins may gain more.
+        gaps = [1.0 - least / total for pool in pools for total, least, _ in pool.floors]
+        pinned = any(pinned for pool in pools for *_, pinned in pool.floors)
         by = ""
         if gaps and all(0.0 <= gap < 1.0 for gap in gaps):
-            by = f", by at most {max(gaps) * 100:.1f} %"
+            most = f"{max(gaps) * 100:.1f} %"
+            by = (
+                f" (one with the pins given by at most {most})"
+                if pinned
+                else f", by at most {most}"
+            )
         log.info(
             "the choice of layouts over the schedule stopped at its work limit (%s): a plan "
             "pinned to other choices (--stages, --micro-batches, --schedule) may be faster%s",
