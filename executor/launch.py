@@ -429,7 +429,12 @@ SHUTDOWN_S = 10
 # the runs interrupted as a rank started. A shell killed by SIGINT says nothing; a SIGINT the
 # rank ignored is found by its first statement, in the launcher's INTERRUPTED file.
 # torchrun starts `python -m executor.launch` itself, without this.
-RANK_SHELL = ("/bin/sh", "-c", 'trap "" INT; exec "$0" "$@"')
+# It also gives the rank the run's mark (its first argument, RUN_MARK): what the rank's code
+# starts inherits it, and is ended with the run (`leftovers`); the launcher's own environment
+# does not hold it, so a process another thread of an API caller starts meanwhile is not the
+# run's (the eighty-second round).
+RUN_MARK = "PIPEPLAN_RUN_MARK"
+RANK_SHELL = ("/bin/sh", "-c", f'trap "" INT; {RUN_MARK}=$0; export {RUN_MARK}; exec "$@"')
 # Each rank's Python does not put the directory it starts in first on sys.path (3.11+; before
 # that its first statement takes it off: `working_directory_off_path`): a user's token.py
 # there shadowed the standard library inside `import torch`. The ranks find the executor on
@@ -1935,7 +1940,9 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         raise gone
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
-    args = [*RANK_SHELL[1:], sys.executable, "-u", *SAFE_PATH, "-m", "executor.launch"]
+    marks = {RUN_MARK: uuid.uuid4().hex}  # what every process of the run carries
+    args = [*RANK_SHELL[1:], marks[RUN_MARK], sys.executable, "-u", *SAFE_PATH]
+    args += ["-m", "executor.launch"]
     args.append(str(run_dir))
     args += ["--log-dir", str(logs)]
     args += ["--resume"] * resume + ["--debug"] * log.isEnabledFor(logging.DEBUG)
@@ -1950,14 +1957,8 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     # A resume's ranks rewrite the records past its checkpoint once they train: until then
     # run.jsonl is the old run's, which places no failure of this one (`failure_line`).
     old_records = _file_state(run_dir / "run.jsonl") if resume else None
-    marks: dict[str, str] = {}  # what every process of the run carries (`run_marks`)
     try:
-        with (
-            agent_scope(logs) as launcher_log,
-            watch,
-            stops,
-            leftovers.Watch(marks := run_marks()),
-        ):
+        with agent_scope(logs) as launcher_log, watch, stops, leftovers.Watch(marks):
             elastic_launch(local_config(cfg.nproc, logs), RANK_SHELL[0])(*args)
         # Every rank exited 0, one (nproc 1: the only one) before its end.
         if early := ended_early(logs, range(cfg.nproc)):
@@ -2013,12 +2014,6 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         # callbacks, and its forked children's report folder stayed (the seventy-eighth round).
         remove_left_scratch()
     return load(RunSummary, run_dir / "summary.json")
-
-
-def run_marks() -> dict[str, str]:
-    """The variables `agent_scope` set that every process of this run carries in its
-    environment, the ranks and whatever their code starts (`leftovers.end_marked`)."""
-    return {LAUNCHER_PID: os.environ[LAUNCHER_PID], RUN_DIR_ID: os.environ[RUN_DIR_ID]}
 
 
 def _processes(pids: list[int]) -> str:

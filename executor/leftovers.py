@@ -1,13 +1,13 @@
-"""What the ranks' code leaves running, found by the marks every process of the run carries in
-its environment (`pipeplan run` sets them before its ranks start: its pid and the run
-directory's id), wherever it went: a session of its own (`os.setsid()`), a parent of its own
-(a daemon's double fork). Found by the eighty-first round: a child the data code started in a
-session of its own outlived the run, and held the console, so that `pipeplan run … | cat`
-never ended; and after `kill -9` of `pipeplan run` (no clean-up of its own runs) the ranks'
-children stayed. The launcher ends them as the run ends (`end_marked`), and a watch process
-it starts beside the ranks does where the launcher is killed (`Watch`).
+"""What the ranks' code leaves running, found by the mark every process of the run carries in
+its environment (`pipeplan run` gives it to its ranks: `launch.RUN_MARK`), wherever it went:
+a session of its own (`os.setsid()`), a parent of its own (a daemon's double fork). Found by
+the eighty-first round: a child the data code started in a session of its own outlived the
+run, and held the console, so that `pipeplan run … | cat` never ended; and after `kill -9` of
+`pipeplan run` (no clean-up of its own runs) the ranks' children stayed. The launcher ends
+them as the run ends (`end_marked`), and a watch process it starts beside the ranks does
+where the launcher is killed (`Watch`).
 
-    marks = {"PIPEPLAN_LAUNCHER_PID": "4242", "PIPEPLAN_RUN_DIR_ID": "2049:1835"}
+    marks = {"PIPEPLAN_RUN_MARK": "5f0c…"}
     with Watch(marks):
         ...                      # the ranks run
     end_marked(marks)            # [19049]: a data code's child in a session of its own
@@ -51,7 +51,7 @@ def end_marked(marks: Mapping[str, str]) -> list[int]:
     pids. Each is signalled through a pidfd opened before its environment is read again: a
     pid another process took since the look is not signalled. Linux (/proc); elsewhere none.
 
-        end_marked({"PIPEPLAN_LAUNCHER_PID": "4242", "PIPEPLAN_RUN_DIR_ID": "2049:1835"})
+        end_marked({"PIPEPLAN_RUN_MARK": "5f0c…"})
     """
     if not marks or not os.path.isdir("/proc"):
         return []

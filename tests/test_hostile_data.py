@@ -9382,6 +9382,45 @@ def test_only_the_processes_that_carry_the_runs_marks_are_ended():
             p.wait(10)
 
 
+API_THREAD_SCRIPT = """\
+import os, subprocess, sys, threading, time
+import pipeplan
+
+during = []
+
+def start_during():  # the script's own process, started as the ranks run
+    while "PIPEPLAN_LAUNCHER_PID" not in os.environ:
+        time.sleep(0.05)
+    during.append(subprocess.Popen(["sleep", "60"]))
+
+thread = threading.Thread(target=start_during)
+thread.start()
+pipeplan.run(model="vit-digits", nproc=2, global_batch=16, epochs=1, max_steps_per_epoch=2,
+             name="a", runs_dir=sys.argv[1])
+thread.join()
+print(during[0].poll(), flush=True)
+during[0].kill()
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_process_an_api_caller_starts_during_a_run_is_not_the_runs(tmp_path):
+    """Found by the eighty-second round: the run's marks were in the launcher's environment,
+    so a process another thread of a script calling `pipeplan.run` started during the run
+    carried them, and was ended with the run. The mark is the ranks' alone (RANK_SHELL
+    gives it): the script's process runs on."""
+    (tmp_path / "script.py").write_text(API_THREAD_SCRIPT)
+    root = Path(cli.__file__).resolve().parent
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "script.py"), str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=100, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "None\n"  # still running when the call returned
+
+
 def _state(pid: int) -> str | None:
     """Process `pid`'s state letter (/proc/PID/stat), None where it is gone."""
     try:

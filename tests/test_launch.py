@@ -1740,7 +1740,8 @@ def test_a_rank_that_ignored_ctrl_c_stops_at_the_launchers_mark(tmp_path):
     goes on (here to a refusal of its missing launcher)."""
     mark = tmp_path / "interrupted"
     mark.touch()
-    rank = [*RANK_SHELL, sys.executable, "-u", "-m", "executor.launch", str(tmp_path / "k")]
+    rank = [*RANK_SHELL, "run-mark", sys.executable, "-u", "-m", "executor.launch"]
+    rank.append(str(tmp_path / "k"))
     # The mark is honoured from the rank's own launcher only (the forty-seventh round): this
     # process, its parent through RANK_SHELL's exec.
     env = environment(**{INTERRUPTED: str(mark), "PIPEPLAN_LAUNCHER_PID": str(os.getpid())})
