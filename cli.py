@@ -54,7 +54,14 @@ from pipeplan.errors import (
     tempdir_failure,
     working_directory_failure,
 )
-from pipeplan.exits import command_process, exit_done, ignored_line, run_exit_callbacks
+from pipeplan.exits import (
+    adopt_orphans,
+    command_process,
+    end_children,
+    exit_done,
+    ignored_line,
+    run_exit_callbacks,
+)
 from pipeplan.fileio import OUTPUT_WRITTEN
 from pipeplan.formats import RunConfig
 from pipeplan.formats.base import MAX_EPOCHS, Needs, printable, spaced
@@ -1247,8 +1254,13 @@ def entry() -> None:
     work (`log.guard_console`); what a failed stdout means is `_output_status`'s."""
     out, err = log.guard_console()
     command_process()
+    adopt_orphans()
     code = main()
     _run_exit_callbacks(code)
+    # What the user's code started in this process and left, once its callbacks have ended
+    # theirs (a pool's workers): the console's last holders, with it.
+    warn = logging.getLogger("pipeplan.cli").warning
+    end_children((lambda line: warn("%s", line)) if code == 0 else None)
     out.flush()
     err.flush()
     exit_done(_output_status(code, out))

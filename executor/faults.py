@@ -639,8 +639,9 @@ class StoppedRanks(threading.Thread):
                     self._end(rank, pid)
 
     def _find(self) -> None:
-        """The ranks started since the last look: this process's children whose environment
-        names this process (as they were exec'd: a child not yet exec'd shows this one's)."""
+        """The ranks started since the last look: this process's children that lead their
+        sessions and whose environment names this process (as they were exec'd: a child not
+        yet exec'd shows this one's)."""
         mine = str(self.launcher).encode()
         for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
             if not entry.isdigit() or int(entry) in self.pids.values():
@@ -654,8 +655,12 @@ class StoppedRanks(threading.Thread):
                 continue
             env = dict(pair.split(b"=", 1) for pair in pairs if b"=" in pair)
             rank = env.get(b"RANK", b"")
-            if env.get(self.marker.encode()) == mine and rank.isdigit():
-                self.pids[int(rank)] = int(entry)
+            # A rank leads its session (torch starts it so); what its code forked and left
+            # may be this process's child too (the command adopts orphans: `adopt_orphans`),
+            # with its environment: not a rank, nor in place of one found.
+            leads = session_of(int(entry)) == int(entry)
+            if env.get(self.marker.encode()) == mine and rank.isdigit() and leads:
+                self.pids.setdefault(int(rank), int(entry))
 
     def _end(self, rank: int, pid: int) -> None:
         log.warning(

@@ -9421,6 +9421,55 @@ def test_a_process_an_api_caller_starts_during_a_run_is_not_the_runs(tmp_path):
     assert done.stdout == "None\n"  # still running when the call returned
 
 
+LAUNCHER_CHILD_LOAD = """\
+import os, subprocess, torch
+
+def load():
+    if not os.environ.get("RANK"):  # the launcher's check of the data: a server of its own
+        server = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        with open(os.path.join({folder!r}, str(server.pid)), "w"):
+            pass
+    x, y = torch.zeros(80, 1, 8, 8), torch.arange(80) % 10
+    return torch.utils.data.TensorDataset(x, y), torch.utils.data.TensorDataset(x, y)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_process_the_data_code_starts_in_the_launcher_is_ended_with_the_command(tmp_path):
+    """Found by the eighty-second round: a process the data function started with
+    `start_new_session=True` as the launcher checked it (before any rank, without the run's
+    mark) outlived `pipeplan run`, and held its output: `pipeplan run … | cat` never ended.
+    The command ends what is left of its children at its end (it adopts their orphans), and
+    says so on success; the pipe closes with it."""
+    children = tmp_path / "children"
+    children.mkdir()
+    (tmp_path / "server.py").write_text(
+        LAUNCHER_CHILD_LOAD.replace("{folder!r}", repr(str(children)))
+    )
+    argv = shlex.split(
+        "run --nproc 2 --name x --model vit-digits --global-batch 16 --epochs 1 "
+        f"--max-steps-per-epoch 2 --data {tmp_path / 'server.py'}:load "
+        f"--runs-dir {tmp_path / 'runs'}"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "cli", *argv], capture_output=True, text=True, timeout=100,
+            cwd=Path(cli.__file__).resolve().parent,
+        )  # fmt: skip
+        pids = [int(p.name) for p in children.iterdir()]
+        assert done.returncode == 0, done.stderr
+        assert len(pids) >= 1, pids  # (the check may load the data more than once)
+        assert done.stderr.rstrip().endswith(" running: killed"), done.stderr
+        for pid in pids:
+            assert str(pid) in done.stderr.splitlines()[-1]
+            assert faults.session_of(pid) is None or _state(pid) == "Z", _state(pid)
+    finally:
+        for child in children.iterdir():
+            with contextlib.suppress(OSError):
+                os.kill(int(child.name), signal.SIGKILL)
+
+
 def _state(pid: int) -> str | None:
     """Process `pid`'s state letter (/proc/PID/stat), None where it is gone."""
     try:
