@@ -538,7 +538,7 @@ def _phase_floors(
         elif True not in floor:
             try:
                 floor[True] = solve_phase(
-                    model, shape.global_batch, frozen, True, pins, 0, work=work.another()
+                    model, shape.global_batch, frozen, True, pins, 0, work=work
                 ).lower_bound_s
             except PipeplanError:
                 floor[True] = math.inf
@@ -579,7 +579,7 @@ def _widened(
         return [], True  # no sequence is more than `gap` faster
     # WIDENING_WORK times the work the phase searches did (a phase search's at least), the
     # phases of most epochs first.
-    until = work.left - WIDENING_WORK * max(work.limit - work.left, DEFAULT_WORK_LIMIT)
+    until = max(0, work.left - WIDENING_WORK * max(work.limit - work.left, DEFAULT_WORK_LIMIT))
     found: list[list[Layout]] = []
     every_one = True
     order = sorted(range(len(greedy)), key=lambda p: -greedy[p][1])
