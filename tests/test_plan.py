@@ -942,3 +942,20 @@ def test_the_choice_over_the_schedule_prunes_what_cannot_beat_the_best(monkeypat
     assert "work limit" not in caplog.text
     assert within.predicted_total_s == pytest.approx(unlimited.predicted_total_s, rel=1e-9)
     assert [p.layout for p in within.phases] == [p.layout for p in unlimited.phases]
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 7, 131072])
+@pytest.mark.parametrize("covered", [0, 1])
+def test_a_long_phase_is_priced_as_the_sum_of_its_epochs(nodes, covered):
+    """Found by the eighty-second round: a plan of 10,000 epochs spent 20 s adding its
+    phases' epochs one by one. Past SUMMED_EPOCHS a phase's total is closed-form: the same
+    as the epoch-by-epoch sum (a reference built here) but for rounding (observed ≤ 7e-13
+    relative over 2,000 random phases; 1e-11 allowed), cached or not."""
+    from pipeplan.plan import SUMMED_EPOCHS, CachePricing, _Choice
+
+    cache = CachePricing(miss_epoch_s=9.5, hit_epoch_s=2.25, nodes=nodes, covered_epochs=covered)
+    for pricing in (cache, None):
+        choice = _Choice(None, None, 7.0, 3.0, 1.5, [], pricing)
+        for epochs in (SUMMED_EPOCHS + 1, 1000, 10000):
+            summed = choice.transition_s + sum(choice.epoch_at(k) for k in range(epochs))
+            assert choice.total_s(epochs) == pytest.approx(summed, rel=1e-11)
