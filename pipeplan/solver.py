@@ -22,7 +22,6 @@ import heapq
 import itertools
 import logging
 import math
-import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -69,8 +68,19 @@ log = logging.getLogger("pipeplan.solver")
 PRUNE_TOLERANCE = 1e-12
 # `layouts_within`'s step is widened by this, relative: it asks for steps at most a given one.
 WITHIN_ROUNDING = 1e-9
-# Seconds a does-not-fit message may spend finding the smallest per-device memory.
-MESSAGE_BUDGET_S = 1.0
+# Work a does-not-fit message may spend finding the smallest per-device memory, in layers ×
+# shapes' memory bisections: counted, not timed (the eighty-second round: under load the same
+# command said fewer shapes were checked). About 145 µs each here: 7,000 is about 1 s.
+MESSAGE_WORK = 7_000
+
+
+@dataclass
+class MessageWork:
+    """What a message's memory bisections have left (MESSAGE_WORK), shared by its tries."""
+
+    left: float = MESSAGE_WORK
+
+
 # Work after which the search stops with the best layout so far and reports how far from
 # proven it is, in units of a few µs here (counted, not timed, so a plan is reproducible):
 # operations simulated, partial partitions generated, tables built. Models of tens of layers
@@ -1647,26 +1657,26 @@ class PhaseSearch:
         )
 
     def smallest_peak_memory_bytes(
-        self, shapes: list[Shape], budget_s: float = np.inf
+        self, shapes: list[Shape], work: MessageWork | None = None
     ) -> tuple[int, int, int]:
         """The smallest per-device peak over the shapes and schedules (min-max memory DP),
         but 1F1B with fewer micro-batches than stages, whose partitions the DP cannot hold to
         leading forward-only stages (GPipe with the same shape runs any partition); with
-        the shapes of the most stages (the least memory each) first, until `budget_s` is
-        spent. Every micro-batch size of each (S, D): the smallest uses the least memory in
-        float32, but under bf16 autocast's weight copies are held once per micro-batch in
-        flight, and more, smaller ones can take more (the fifty-eighth round: 79.7 MiB said,
-        where a layout of the largest fit in 78.8). Returns (bytes, shapes checked, shapes)."""
+        the shapes of the most stages (the least memory each) first, until `work` is spent
+        (a layer per bisection: at least one shape is checked). Every micro-batch size of
+        each (S, D): the smallest uses the least memory in float32, but under bf16 autocast's
+        weight copies are held once per micro-batch in flight, and more, smaller ones can
+        take more (the fifty-eighth round: 79.7 MiB said, where a layout of the largest fit in
+        78.8). Returns (bytes, shapes checked, shapes)."""
         best = np.inf
         by_size: dict[tuple[int, int, int], Shape] = {}
         for shape in shapes:
             if shape.placement == OTHER_PLACEMENTS:
                 continue  # memory does not depend on the map
             by_size.setdefault((shape.num_stages, shape.replicas, shape.micro_batch_size), shape)
-        deadline = time.monotonic() + budget_s
         checked = 0
         for key in sorted(by_size, key=lambda k: (-k[0], -k[1], k[2])):
-            if checked and time.monotonic() > deadline:
+            if checked and work is not None and work.left <= 0:
                 break
             shape = by_size[key]
             for schedule in self.schedules(shape.num_stages, shape.micro_batches):
@@ -1674,6 +1684,8 @@ class PhaseSearch:
                     continue
                 problem = self.problem(shape, schedule, self.layout_ranks(shape))
                 best = min(best, _min_max_memory(problem, self.pins.boundaries))
+                if work is not None:
+                    work.left -= self.model.num_layers
             checked += 1
         return int(np.ceil(best + self.model.reserve_bytes)), checked, len(by_size)
 
@@ -1696,7 +1708,7 @@ class PhaseSearch:
     def _does_not_fit_message(self, shapes: list[Shape]) -> str:
         # Bounded: a 4,096-device cluster has thousands of (S, D) pairs, each a bisection of
         # partition solves; the message must not take longer than the search did.
-        smallest, checked, pairs = self.smallest_peak_memory_bytes(shapes, MESSAGE_BUDGET_S)
+        smallest, checked, pairs = self.smallest_peak_memory_bytes(shapes, MessageWork())
         what = "with the pinned layout" if self.pins != Pins() else "even spread over all devices"
         least, has = _sizes_apart(smallest, self.cluster.device_memory_bytes)
         if checked == pairs:
@@ -1765,14 +1777,14 @@ class PhaseSearch:
         Found by the sixty-sixth round: `--stages 1` past a device's memory was told "use
         devices with more memory, more devices, or another micro-batch size", and neither
         of the last two plans (one stage holds every layer's weights and optimizer state).
-        The tries share one bound, MESSAGE_BUDGET_S, as the figure before them has its own.
+        The tries share one bound, MESSAGE_WORK, as the figure before them has its own.
 
             self._pinned_remedy()
             # "(--stages 1 bounds it: a stage holds its layers' weights and optimizer state
             # whatever the devices or micro-batches; use --stages 2, the fewest stages that
             # fit; or use devices with more memory)"
         """
-        pins, deadline = self.pins, time.monotonic() + MESSAGE_BUDGET_S
+        pins, work = self.pins, MessageWork()
         stages = len(pins.boundaries) - 1 if pins.boundaries is not None else pins.num_stages
         given = [] if stages is None else [_pinned_stages(replace(pins, num_stages=stages))]
         bound = "bound" if pins.boundaries is not None and stages != 1 else "bounds"
@@ -1804,15 +1816,15 @@ class PhaseSearch:
             both = f"{', '.join(given[:-1])} and {given[-1]}"
             tries.append((f"{both} bound it", "drop them", Pins(replicas=pins.replicas)))
         for cause, change, relaxed in tries:
-            if time.monotonic() > deadline:
+            if work.left <= 0:
                 break
-            if self._fits_with(relaxed, deadline):
+            if self._fits_with(relaxed, work):
                 return f"({cause}; {change}; or use devices with more memory)"
         return "(use devices with more memory)"
 
-    def _fits_with(self, pins: Pins, deadline: float) -> bool:
+    def _fits_with(self, pins: Pins, work: MessageWork) -> bool:
         """Whether the smallest per-device peak of this phase with `pins` instead of its own
-        (the min-max bound, `smallest_peak_memory_bytes`, until `deadline`) fits a device."""
+        (the min-max bound, `smallest_peak_memory_bytes`, within `work`) fits a device."""
         search = PhaseSearch(
             self.model,
             self.global_batch,
@@ -1825,8 +1837,7 @@ class PhaseSearch:
             shapes = search.shapes()
         except PipeplanError:  # no shape at all with these pins
             return False
-        budget = max(deadline - time.monotonic(), 0.0)
-        smallest, _, _ = search.smallest_peak_memory_bytes(shapes, budget)
+        smallest, _, _ = search.smallest_peak_memory_bytes(shapes, work)
         return smallest <= self.cluster.device_memory_bytes
 
 
