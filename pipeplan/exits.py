@@ -59,8 +59,9 @@ def end_children(say: Callable[[str], None] | None) -> list[int]:
     the eighty-second round: a process the data function started with
     `start_new_session=True` as the launcher checked it outlived the run, and held the
     console, so that `pipeplan run … | cat` never ended. multiprocessing's resource tracker
-    and forkserver are left: they end once this process has (and the tracker then frees
-    what the code left in shared memory). Linux (/proc); elsewhere none."""
+    and forkserver, and joblib's loky's tracker, are left: they end once this process has
+    (and a tracker then frees what the code left in shared memory or temporary folders).
+    Linux (/proc); elsewhere none."""
     import signal
 
     if not os.path.isdir("/proc"):
@@ -69,6 +70,9 @@ def end_children(say: Callable[[str], None] | None) -> list[int]:
     for module, name, field in (
         ("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
         ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid"),
+        # joblib's loky keeps its own (the temporary folders of its memmaps are its to free)
+        ("joblib.externals.loky.backend.resource_tracker", "_resource_tracker", "_pid"),
+        ("loky.backend.resource_tracker", "_resource_tracker", "_pid"),
     ):
         helper = getattr(sys.modules.get(module), name, None)
         kept.add(getattr(helper, field, None))
