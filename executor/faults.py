@@ -49,7 +49,7 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
-from executor import errorfile
+from executor import errorfile, leftovers
 from pipeplan.errors import Interrupted, PipeplanError, Stopped, quoted
 from pipeplan.startup import signal_name, stopped_by
 
@@ -540,19 +540,13 @@ def end_left_behind(leaders: Mapping[int, int]) -> list[int]:
         leader = session_of(pid) if pid else None
         if leader is None or leader == pid or leader not in leaders:
             continue
-        try:
-            handle = os.pidfd_open(pid)
-        except OSError:  # gone meanwhile
-            continue
-        try:
+
+        def still(pid: int = pid, leader: int = leader) -> bool:
             started = started_at(pid)
-            if session_of(pid) == leader and started is not None and started <= leaders[leader]:
-                signal.pidfd_send_signal(handle, signal.SIGKILL)
-                killed.append(pid)
-        except OSError:
-            pass
-        finally:
-            os.close(handle)
+            return session_of(pid) == leader and started is not None and started <= leaders[leader]
+
+        if leftovers.killed_if(pid, still):
+            killed.append(pid)
     return killed
 
 

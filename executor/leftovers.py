@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 # Rounds of the sweep: a process killed as it forked may leave a child the round before did
 # not see; one round more finds it. A fork bomb is not outrun, only bounded.
@@ -63,22 +63,33 @@ def end_marked(marks: Mapping[str, str]) -> list[int]:
             pid = int(entry) if entry.isdigit() else 0
             if not pid or pid == os.getpid() or pid in killed or not _marked(pid, wanted):
                 continue
-            try:
-                handle = os.pidfd_open(pid)
-            except OSError:  # gone meanwhile
-                continue
-            try:
-                if _marked(pid, wanted):
-                    signal.pidfd_send_signal(handle, signal.SIGKILL)
-                    killed.append(pid)
-                    found += 1
-            except OSError:
-                pass
-            finally:
-                os.close(handle)
+            if killed_if(pid, lambda pid=pid: _marked(pid, wanted)):
+                killed.append(pid)
+                found += 1
         if not found:
             break
     return killed
+
+
+def killed_if(pid: int, still: Callable[[], bool]) -> bool:
+    """SIGKILL process `pid` if `still()` holds once a pidfd of it is open (a pid another
+    process took since the caller's look is not signalled); whether it was.
+
+        killed_if(19049, lambda: session_of(19049) == 19040)
+    """
+    try:
+        handle = os.pidfd_open(pid)
+    except OSError:  # gone meanwhile
+        return False
+    try:
+        if still():
+            signal.pidfd_send_signal(handle, signal.SIGKILL)
+            return True
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
+    return False
 
 
 class Watch:

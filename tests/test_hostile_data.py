@@ -9222,19 +9222,7 @@ def test_a_child_the_ranks_code_left_stopped_is_ended_with_the_run(tmp_path):
     pipeplan (a stopped process acts on no signal but SIGKILL). The launcher kills what is
     left in the ranks' sessions as they end, and a run that ended well says so."""
     children = tmp_path / "children"
-    children.mkdir()
-    (tmp_path / "forks.py").write_text(
-        STOPPED_CHILD_LOAD.replace("{folder!r}", repr(str(children)))
-    )
-    argv = shlex.split(
-        "run --nproc 2 --name x --model vit-digits --global-batch 16 --epochs 1 "
-        f"--max-steps-per-epoch 2 --data {tmp_path / 'forks.py'}:load "
-        f"--runs-dir {tmp_path / 'runs'}"
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "cli", *argv], capture_output=True, text=True, timeout=100,
-        cwd=Path(cli.__file__).resolve().parent,
-    )  # fmt: skip
+    done = _ran_with_children(tmp_path, STOPPED_CHILD_LOAD, children)
     pids = sorted(int(p.name) for p in children.iterdir())
     try:
         assert done.returncode == 0, done.stderr
@@ -9280,20 +9268,8 @@ def test_a_daemon_the_ranks_code_started_is_ended_with_the_run(tmp_path):
     every process that carries the run's marks in its environment: the output's pipe closes
     with the run (`capture_output` reads it to its end), and the daemon is gone."""
     children = tmp_path / "children"
-    children.mkdir()
-    (tmp_path / "forks.py").write_text(
-        SESSION_CHILD_LOAD.replace("{folder!r}", repr(str(children)))
-    )
-    argv = shlex.split(
-        "run --nproc 2 --name x --model vit-digits --global-batch 16 --epochs 1 "
-        f"--max-steps-per-epoch 2 --data {tmp_path / 'forks.py'}:load "
-        f"--runs-dir {tmp_path / 'runs'}"
-    )
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "cli", *argv], capture_output=True, text=True, timeout=100,
-            cwd=Path(cli.__file__).resolve().parent,
-        )  # fmt: skip
+        done = _ran_with_children(tmp_path, SESSION_CHILD_LOAD, children)
         pids = [int(p.name) for p in children.iterdir()]
         assert done.returncode == 0, done.stderr
         assert len(pids) == 1, pids
@@ -9443,20 +9419,8 @@ def test_a_process_the_data_code_starts_in_the_launcher_is_ended_with_the_comman
     The command ends what is left of its children at its end (it adopts their orphans), and
     says so on success; the pipe closes with it."""
     children = tmp_path / "children"
-    children.mkdir()
-    (tmp_path / "server.py").write_text(
-        LAUNCHER_CHILD_LOAD.replace("{folder!r}", repr(str(children)))
-    )
-    argv = shlex.split(
-        "run --nproc 2 --name x --model vit-digits --global-batch 16 --epochs 1 "
-        f"--max-steps-per-epoch 2 --data {tmp_path / 'server.py'}:load "
-        f"--runs-dir {tmp_path / 'runs'}"
-    )
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "cli", *argv], capture_output=True, text=True, timeout=100,
-            cwd=Path(cli.__file__).resolve().parent,
-        )  # fmt: skip
+        done = _ran_with_children(tmp_path, LAUNCHER_CHILD_LOAD, children)
         pids = [int(p.name) for p in children.iterdir()]
         assert done.returncode == 0, done.stderr
         assert len(pids) >= 1, pids  # (the check may load the data more than once)
@@ -9468,6 +9432,22 @@ def test_a_process_the_data_code_starts_in_the_launcher_is_ended_with_the_comman
         for child in children.iterdir():
             with contextlib.suppress(OSError):
                 os.kill(int(child.name), signal.SIGKILL)
+
+
+def _ran_with_children(tmp_path: Path, code: str, children: Path) -> subprocess.CompletedProcess:
+    """`pipeplan run --data forks.py:load` of 2 ranks, `code` in forks.py writing the pid of
+    each child it starts into `children` (made here): the finished command."""
+    children.mkdir()
+    (tmp_path / "forks.py").write_text(code.replace("{folder!r}", repr(str(children))))
+    argv = shlex.split(
+        "run --nproc 2 --name x --model vit-digits --global-batch 16 --epochs 1 "
+        f"--max-steps-per-epoch 2 --data {tmp_path / 'forks.py'}:load "
+        f"--runs-dir {tmp_path / 'runs'}"
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *argv], capture_output=True, text=True, timeout=100,
+        cwd=Path(cli.__file__).resolve().parent,
+    )  # fmt: skip
 
 
 def _state(pid: int) -> str | None:
