@@ -349,7 +349,7 @@ from pipeplan.errors import (
     quoted,
     working_directory_failure,
 )
-from pipeplan.exits import exit_done, exits_raised, run_exit_callbacks
+from pipeplan.exits import exit_done, exits_raised, processes, run_exit_callbacks
 from pipeplan.fileio import (
     RUN_MARKS,
     DirectoryTaken,
@@ -2000,7 +2000,7 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         left += [pid for pid in leftovers.end_marked(marks) if pid not in left]
         if left:
             said = log.warning if sys.exc_info()[0] is None else log.debug
-            said("the ranks' code left %s running or stopped: killed", _processes(left))
+            said("the ranks' code left %s running or stopped: killed", processes(left))
         # However the ranks ended, their AutoCache goes as at a normal end: a rank killed by
         # SIGTERM (at once: it may be blocked in a collective) or SIGKILL could not remove it.
         # A run directory moved away mid-run is cleaned where it is now: what is at its old
@@ -2014,13 +2014,6 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         # callbacks, and its forked children's report folder stayed (the seventy-eighth round).
         remove_left_scratch()
     return load(RunSummary, run_dir / "summary.json")
-
-
-def _processes(pids: list[int]) -> str:
-    """`_processes([19049])` → "1 process (pid 19049)"; "2 processes (pids 7, 9)"."""
-    if len(pids) == 1:
-        return f"1 process (pid {pids[0]})"
-    return f"{len(pids)} processes (pids {', '.join(map(str, sorted(pids)))})"
 
 
 def error_file(logs: Path, rank: int) -> Path:

@@ -88,14 +88,15 @@ def end_children(say: Callable[[str], None] | None) -> list[int]:
         if not found:
             break
     if killed and say is not None:
-        pids = ", ".join(map(str, killed))
-        what = (
-            f"1 process (pid {pids})"
-            if len(killed) == 1
-            else f"{len(killed)} processes (pids {pids})"
-        )
-        say(f"the data code left {what} running: killed")
+        say(f"the data code left {processes(killed)} running: killed")
     return killed
+
+
+def processes(pids: list[int]) -> str:
+    """`processes([19049])` → "1 process (pid 19049)"; "2 processes (pids 7, 9)"."""
+    if len(pids) == 1:
+        return f"1 process (pid {pids[0]})"
+    return f"{len(pids)} processes (pids {', '.join(map(str, sorted(pids)))})"
 
 
 def _reaped(pids: list[int], wait_s: float) -> None:
