@@ -7,7 +7,7 @@ run from the repository root:
 
     python bench/bench_solver.py            # everything (about 5 minutes on 2 cores)
     python bench/bench_solver.py --quick    # 300 instances, no 1,000-layer plan
-    python bench/bench_solver.py --only exact|speed|baselines|superset|pins|widening
+    python bench/bench_solver.py --only exact|speed|baselines|superset|pins|widening|large
                                  [--instances N]
                                  [--seed S]
 """
@@ -788,11 +788,56 @@ def bench_widening(instances: int, first_seed: int) -> None:
     )
 
 
+def bench_large() -> None:
+    """vit-digits on the largest clusters the rounds found cut (the eighty-first round): the
+    plan against the same plan pinned to 10 stages, side by side, its CPU, and the rank-map
+    cells its schedule-wide paths priced (what SCHEDULE_PATH_WORK counts). Counted around
+    `_shortest_path` alone, so an older tree runs it too (`PYTHONPATH=OLD python -m
+    bench.bench_solver --only large`: the unpruned paths' cells)."""
+    from pipeplan import api
+
+    path = plan_module._shortest_path
+    cells = [0]
+
+    def counted(model, shape, cache, greedy, placements, evaluated, work, *rest):
+        before = work.shared.paths_left
+        try:
+            return path(model, shape, cache, greedy, placements, evaluated, work, *rest)
+        finally:
+            cells[0] += before - max(work.shared.paths_left, 0)
+
+    plan_module._shortest_path = counted
+    try:
+        with resources.as_file(resources.files("profiles") / "vit-digits@cpu-1t.json") as vit:
+            for nodes, batch, samples in ((256, 4096, 409600), (4096, 16384, 163840)):
+                totals, seconds = [], []
+                for pins in ({}, {"stages": 10}):
+                    cells[0] = 0
+                    start = time.process_time()
+                    plan = api.plan(
+                        str(vit), nodes=nodes, devices_per_node=8, global_batch=batch,
+                        samples=samples, **pins,
+                    )  # fmt: skip
+                    seconds.append(time.process_time() - start)
+                    totals.append(plan.predicted_total_s)
+                    if not pins:
+                        free_cells = cells[0]
+                print(
+                    f"large: {nodes} × 8, global batch {batch}, {samples} samples: plan "
+                    f"{totals[0]} s in {seconds[0]:.1f} s of CPU, paths {free_cells / 1e6:.1f} M "
+                    f"cells; --stages 10 {totals[1]} s in {seconds[1]:.1f} s; plan / pinned "
+                    f"{totals[0] / totals[1]:.4f}"
+                )
+    finally:
+        plan_module._shortest_path = path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
-        "--only", choices=["exact", "speed", "baselines", "superset", "pins", "widening"]
+        "--only",
+        choices=["exact", "speed", "baselines", "superset", "pins", "widening", "large"],
     )
     parser.add_argument("--instances", type=int)
     parser.add_argument("--seed", type=int, default=0)
@@ -813,6 +858,8 @@ def main() -> None:
         bench_pins(args.instances or (60 if args.quick else 200), args.seed)
     if args.only in (None, "widening"):
         bench_widening(args.instances or (60 if args.quick else 200), args.seed)
+    if args.only in (None, "large"):
+        bench_large()
 
 
 if __name__ == "__main__":
