@@ -878,6 +878,12 @@ def _moved_onto(
     stay in order and each row's ranks sorted, as the executor runs them; rows that are
     `previous`'s in its order (its groups kept). Empty when none can receive less; None
     when the search would weigh more than `work` has left (MOVE_SEARCH_CELLS at most)."""
+    limit = math.inf if work is None else min(work.shared.moves_left, MOVE_SEARCH_CELLS)
+    # It weighs each cell against at least as many ranks as there are cells (each node the
+    # layout uses, `_weighed_ranks`): refused before building anything (on a million
+    # devices, building its arrays to refuse them took a fifth of a plan's time).
+    if rank_cells(layout.rank_map) ** 2 > limit:
+        return None
     G = model.cluster.devices_per_node
     ranks = np.asarray(layout.rank_map, dtype=np.int64)
     flat = ranks.reshape(-1)
@@ -891,9 +897,9 @@ def _moved_onto(
     used = np.unique(node)
     columns = _weighed_ranks(held_ranks, used, np.bincount(node).max(), model.cluster)
     weighed = flat.size * len(columns)
+    if weighed > limit:
+        return None
     if work is not None:
-        if weighed > min(work.shared.moves_left, MOVE_SEARCH_CELLS):
-            return None
         work.shared.moves_left -= weighed
     column_first, column_stop = held_at(held, columns)
     # [cell, column]: what the column's rank would receive if it ran the cell.

@@ -23,7 +23,7 @@ import itertools
 import logging
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -129,6 +129,9 @@ FORWARD_ONLY_COUNTS = 64
 # Bytes of root-batch tables a search keeps for the trees that may open (`_Run.bound_roots`):
 # bert-large's 8-stage tables take 10 kB a shape; a bound, not a cache that grows with shapes.
 KEPT_TABLE_BYTES = 1 << 20
+# Cells of the [node, stage] table `PhaseSearch._shared_links` builds at most (16 MB); past it
+# it sorts (node, stage) pairs instead, ten times slower on a million devices.
+SHARED_LINK_CELLS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -1554,26 +1557,40 @@ class PhaseSearch:
                 self._bottlenecks[("suffix", size)] = table * (1 - 1e-12)
         return self._bottlenecks[("suffix", m)]
 
-    def _shared_links(self, ranks: tuple[tuple[int, ...], ...]) -> np.ndarray:
+    def _shared_links(self, ranks: np.ndarray | Sequence[Sequence[int]]) -> np.ndarray:
         """Per node link crossed by two or more stages' all-reduces (deduplicated): which."""
-        S = len(ranks[0])
-        # From the (node, stage) pairs, never a [node, stage] array: a million nodes by
-        # thousands of stages would not fit.
         nodes = self.model.node_map(ranks)
-        spans = nodes.min(axis=0) != nodes.max(axis=0)  # the stages whose ring crosses nodes
-        stage_of = np.broadcast_to(np.arange(S), nodes.shape)[:, spans].ravel()
-        pairs = np.unique(nodes[:, spans].ravel() * S + stage_of)  # by node, then stage
-        node, stage = pairs // S, pairs % S
-        starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
-        counts = np.diff(np.r_[starts, len(node)])
-        shared = counts > 1
-        patterns = {
-            tuple(stage[a : a + c]) for a, c in zip(starts[shared], counts[shared], strict=True)
-        }
+        S = nodes.shape[1]
+        spans = np.flatnonzero(nodes.min(axis=0) != nodes.max(axis=0))  # rings that leave a node
+        if len(spans) < 2:
+            return np.zeros((0, S), dtype=bool)
+        nodes = nodes[:, spans]
+        if (int(nodes.max()) + 1) * len(spans) <= SHARED_LINK_CELLS:
+            # [node, spanning stage] at once: its distinct rows of two or more are the links'.
+            touched = np.zeros((int(nodes.max()) + 1, len(spans)), dtype=bool)
+            touched[nodes, np.arange(len(spans))] = True
+            touched = touched[np.count_nonzero(touched, axis=1) > 1]
+            # Rows as packed bytes: ordered as the rows are, and far fewer to sort.
+            packed = np.unique(np.packbits(touched, axis=1), axis=0)
+            patterns = np.unpackbits(packed, axis=1, count=len(spans)).astype(bool)
+        else:
+            # From the (node, stage) pairs, never a [node, stage] array: a million nodes by
+            # thousands of stages would not fit.
+            pairs = np.unique(nodes * len(spans) + np.arange(len(spans)))  # by node, then stage
+            node, stage = np.divmod(pairs, len(spans))
+            starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
+            counts = np.diff(np.r_[starts, len(node)])
+            shared = counts > 1
+            found = {
+                tuple(stage[a : a + c]) for a, c in zip(starts[shared], counts[shared], strict=True)
+            }
+            patterns = np.zeros((len(found), len(spans)), dtype=bool)
+            for row, stages in enumerate(found):
+                patterns[row, list(stages)] = True
+            patterns = np.unique(patterns, axis=0).reshape(len(found), len(spans))
         rows = np.zeros((len(patterns), S), dtype=bool)
-        for row, stages in enumerate(patterns):
-            rows[row, list(stages)] = True
-        return np.unique(rows, axis=0).reshape(len(patterns), S)
+        rows[:, spans] = patterns
+        return rows
 
     def solve(
         self,

@@ -2,6 +2,7 @@
 
 import itertools
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -854,6 +855,7 @@ def _layers(blocks: int) -> list[SyntheticLayer]:
     return [SyntheticLayer("embeddings", 1000, 1e-4, 2e-4, 4096, 1e4), *[block] * blocks, head]
 
 
+@pytest.mark.parametrize("table_cells", [0, solver.SHARED_LINK_CELLS])
 @settings(max_examples=60, deadline=None)
 @given(
     nodes=st.integers(1, 6),
@@ -861,9 +863,10 @@ def _layers(blocks: int) -> list[SyntheticLayer]:
     stages=st.integers(1, 6),
     replicas=st.integers(1, 6),
 )
-def test_shared_node_links_match_a_dense_reference(nodes, per_node, stages, replicas):
+def test_shared_node_links_match_a_dense_reference(nodes, per_node, stages, replicas, table_cells):
     """Which node links two or more stages' all-reduces share, as a [node, stage] table
-    would say (the search no longer builds one: it did not fit a million nodes)."""
+    would say: from the (node, stage) pairs where the table would be too large (it did not
+    fit a million nodes), from a table of the spanning stages where it is small."""
     from pipeplan.solver import Shape
 
     if stages * replicas > nodes * per_node:
@@ -884,7 +887,8 @@ def test_shared_node_links_match_a_dense_reference(nodes, per_node, stages, repl
         if len(spanned) > 1:
             dense[sorted(spanned), s] = True
     expected = np.unique(dense[dense.sum(axis=1) > 1], axis=0).reshape(-1, stages)
-    assert np.array_equal(search._shared_links(ranks), expected)
+    with mock.patch.object(solver, "SHARED_LINK_CELLS", table_cells):
+        assert np.array_equal(search._shared_links(ranks), expected)
 
 
 @pytest.mark.timeout(60)
