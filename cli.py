@@ -1260,6 +1260,9 @@ def entry() -> None:
     # What the user's code started in this process and left, once its callbacks have ended
     # theirs (a pool's workers): the console's last holders, with it.
     warn = logging.getLogger("pipeplan.cli").warning
+    from executor.leftovers import end_command_watch  # light: the standard library's
+
+    end_command_watch()  # the watch the data code's first run started, not a child it left
     end_children((lambda line: warn("%s", line)) if code == 0 else None)
     out.flush()
     err.flush()

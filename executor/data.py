@@ -61,7 +61,7 @@ from torch.utils._device import DeviceContext as _DeviceContext
 from torch.utils.data import Dataset
 from torch.utils.serialization import config as _SERIALIZATION
 
-from executor import childimports
+from executor import childimports, leftovers
 from executor.faults import SignalInterrupt, classify
 from pipeplan import log as pipeplan_log
 from pipeplan.cluster import format_bytes
@@ -840,6 +840,8 @@ def _contained(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
     """
     held = io.StringIO()
     raw: list[bytes] = []
+    if is_command_process():  # what this code starts is ended even if the command is killed
+        leftovers.watch_command()
     _watch_installed()
     try:
         with (

@@ -349,7 +349,7 @@ from pipeplan.errors import (
     quoted,
     working_directory_failure,
 )
-from pipeplan.exits import exit_done, exits_raised, processes, run_exit_callbacks
+from pipeplan.exits import exit_done, exits_raised, processes, reaped, run_exit_callbacks
 from pipeplan.fileio import (
     RUN_MARKS,
     DirectoryTaken,
@@ -1998,6 +1998,9 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         left = faults.end_left_behind(watch.alive)
         # and what went where no session shows it (a session of its own, a daemon's parent)
         left += [pid for pid in leftovers.end_marked(marks) if pid not in left]
+        # Those the command adopted (`exits.adopt_orphans`) reaped, not killed and said again
+        # as the data code's at its end (`exits.end_children`).
+        reaped(left)
         if left:
             said = log.warning if sys.exc_info()[0] is None else log.debug
             said("the ranks' code left %s running or stopped: killed", processes(left))

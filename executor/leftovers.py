@@ -5,7 +5,10 @@ the eighty-first round: a child the data code started in a session of its own ou
 run, and held the console, so that `pipeplan run … | cat` never ended; and after `kill -9` of
 `pipeplan run` (no clean-up of its own runs) the ranks' children stayed. The launcher ends
 them as the run ends (`end_marked`), and a watch process it starts beside the ranks does
-where the launcher is killed (`Watch`).
+where the launcher is killed (`Watch`). The `pipeplan` command's own process, where the
+data code runs too (the launcher's checks of it), is watched likewise once that code first
+runs: its descendants, looked at while it lives, are ended should it be killed
+(`watch_command`; the eighty-second round).
 
     marks = {"PIPEPLAN_RUN_MARK": "5f0c…"}
     with Watch(marks):
@@ -95,11 +98,13 @@ def killed_if(pid: int, still: Callable[[], bool]) -> bool:
 class Watch:
     """A process beside the ranks (in a session of its own, the console's descriptors not
     held) that waits for this one to end, and, where it ended before leaving the block (killed:
-    SIGKILL runs no clean-up), ends what carries `marks` (`end_marked`). Leaving the block
-    ends the watch. Nothing where it cannot start (no pidfd, the process table full)."""
+    SIGKILL runs no clean-up), ends what carries `marks` (`end_marked`) and, with
+    `descendants`, what descended from this process (`end_seen`). Leaving the block ends the
+    watch. Nothing where it cannot start (no pidfd, the process table full)."""
 
-    def __init__(self, marks: Mapping[str, str]) -> None:
+    def __init__(self, marks: Mapping[str, str], descendants: bool = False) -> None:
         self.marks = dict(marks)
+        self.descendants = descendants
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> Watch:
@@ -107,6 +112,7 @@ class Watch:
         # Its own environment without the marks: it is not one of the run's processes.
         env = {key: value for key, value in os.environ.items() if key not in self.marks}
         argv = [sys.executable, "-I", "-c", WATCH_CODE, root, str(os.getpid())]
+        argv += [DESCENDANTS] * self.descendants
         argv += [f"{key}={value}" for key, value in self.marks.items()]
         with contextlib.suppress(OSError):
             self.process = subprocess.Popen(
@@ -124,26 +130,168 @@ class Watch:
         if self.process is not None:
             self.process.kill()
             self.process.wait()
+            self.process = None
 
 
-# The watch process: `python -I -c WATCH_CODE ROOT LAUNCHER_PID KEY=VALUE...` (isolated: no
-# user site, no PYTHONPATH; ROOT is the folder that holds `executor`).
+# The `pipeplan` command's own watch (`watch_command`), once its data code runs.
+_COMMAND_WATCH: list[Watch] = []
+
+
+def watch_command() -> None:
+    """In the `pipeplan` command's process, before the user's data code first runs in it:
+    start a watch that, should the command be killed (`kill -9`: no clean-up of its own),
+    ends what descended from it. Found by the eighty-second round: a server the data function
+    started with `start_new_session=True` as the launcher checked it (no rank's, no mark)
+    outlived a `kill -9` of `pipeplan run`. Once a process; `end_command_watch` at its end."""
+    if not _COMMAND_WATCH and os.path.isdir("/proc"):
+        _COMMAND_WATCH.append(Watch({}, descendants=True).__enter__())
+
+
+def end_command_watch() -> None:
+    """End the command's watch (`watch_command`), at the command's end: what its code left is
+    the command's to end then (`exits.end_children`), and the watch is not among them."""
+    while _COMMAND_WATCH:
+        _COMMAND_WATCH.pop().__exit__()
+
+
+# The watch process: `python -I -c WATCH_CODE ROOT LAUNCHER_PID [--descendants] KEY=VALUE...`
+# (isolated: no user site, no PYTHONPATH; ROOT is the folder that holds `executor`).
 WATCH_CODE = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
     "from executor.leftovers import watch; watch(sys.argv[2:])"
+)
+DESCENDANTS = "--descendants"
+# How often a watch of descendants looks at them while the launcher lives: a process started
+# and left by a parent it outlives within the last look before a `kill -9` of the launcher is
+# not seen (it goes to the system's init); one whose parent it saw is.
+LOOK_S = 0.5
+# Processes a watch never ends (their command lines): multiprocessing's resource tracker and
+# forkserver, and joblib loky's tracker, which end once their parent has, after freeing what
+# the code left (shared memory, temporary folders); and the watches themselves.
+KEPT_COMMANDS = (
+    b"resource_tracker import main",
+    b"forkserver import main",
+    b"leftovers import watch",
 )
 
 
 def watch(argv: list[str]) -> None:
     """The watch process's body: wait for process argv[0] to end (its pidfd becomes readable),
-    then end what carries the marks argv[1:] (KEY=VALUE each)."""
+    then end what carries the marks (KEY=VALUE each) and, after DESCENDANTS, what descended
+    from it (looked at every LOOK_S while it lived)."""
     launcher = int(argv[0])
-    marks = dict(mark.split("=", 1) for mark in argv[1:])
+    descendants = argv[1:2] == [DESCENDANTS]
+    marks = dict(mark.split("=", 1) for mark in argv[1 + descendants :])
+    seen: dict[int, int] = {}
     try:
-        select.select([os.pidfd_open(launcher)], [], [])  # readable once it has ended
+        handle = os.pidfd_open(launcher)
+        while True:
+            if descendants:
+                seen.update(_descendants([launcher]))
+            if select.select([handle], [], [], LOOK_S if descendants else None)[0]:
+                break  # readable once it has ended
     except ProcessLookupError:  # ended already
         pass
     except (OSError, AttributeError):  # no pidfd here: its parent is the launcher until it ends
         while os.getppid() == launcher:
-            time.sleep(1.0)
+            if descendants:
+                seen.update(_descendants([launcher]))
+            time.sleep(LOOK_S if descendants else 1.0)
     end_marked(marks)
+    end_seen(seen)
+
+
+def end_seen(seen: Mapping[int, int]) -> list[int]:
+    """SIGKILL the processes of `seen` (pid → start ticks) that are still the ones seen, and
+    what descended from them since: each is stopped first (SIGSTOP), through a pidfd opened
+    before its start is read again, so that none forks out of reach while the others are
+    found; then all are killed. Never this process or one of KEPT_COMMANDS (their children
+    are ended). Returns their pids."""
+    handles: dict[int, int] = {}
+    looked: set[int] = {os.getpid()}
+    try:
+        found = dict(seen)
+        for _ in range(SWEEPS):
+            roots = []  # the ones still seen: a pid another process took is not followed
+            for pid, start in found.items():
+                if pid in looked:
+                    continue
+                looked.add(pid)
+                handle, same = _stopped_if(pid, start)
+                if handle is not None:
+                    handles[pid] = handle
+                if same:
+                    roots.append(pid)
+            # Their children since the last look (a stopped process forks no more).
+            found = {pid: t for pid, t in _descendants(roots).items() if pid not in looked}
+            if not found:
+                break
+        for handle in handles.values():
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(handle, signal.SIGKILL)
+    finally:
+        for handle in handles.values():
+            os.close(handle)
+    return sorted(handles)
+
+
+def _stopped_if(pid: int, start: int) -> tuple[int | None, bool]:
+    """(a pidfd of `pid`, SIGSTOP'd, if it is still the process that started at `start` and
+    not one of KEPT_COMMANDS, else None; whether it is still that process)."""
+    try:
+        handle = os.pidfd_open(pid)
+    except OSError:  # gone meanwhile
+        return None, False
+    same = False
+    try:
+        same = _started(pid) == start
+        if same and not _kept_command(pid):
+            signal.pidfd_send_signal(handle, signal.SIGSTOP)
+            return handle, True
+    except OSError:
+        pass
+    os.close(handle)
+    return None, same
+
+
+def _kept_command(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            line = cmdline.read()
+    except OSError:
+        return False
+    return any(command in line for command in KEPT_COMMANDS)
+
+
+def _started(pid: int) -> int | None:
+    """Process `pid`'s start (clock ticks after boot: /proc/PID/stat's 22nd field), None
+    where it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _descendants(roots: list[int]) -> dict[int, int]:
+    """The processes descended from `roots` (not the roots), pid → start ticks: through each
+    thread's /proc/PID/task/TID/children."""
+    found: dict[int, int] = {}
+    frontier = list(roots)
+    while frontier:
+        pid = frontier.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as children:
+                    kids = [int(kid) for kid in children.read().split()]
+            except (OSError, ValueError):
+                continue
+            for kid in kids:
+                if kid not in found and (start := _started(kid)) is not None:
+                    found[kid] = start
+                    frontier.append(kid)
+    return found

@@ -84,7 +84,7 @@ def end_children(say: Callable[[str], None] | None) -> list[int]:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
-        _reaped([pid for pid, _ in found], REAP_WAIT_S)
+        reaped([pid for pid, _ in found], REAP_WAIT_S)
         if not found:
             break
     if killed and say is not None:
@@ -99,9 +99,10 @@ def processes(pids: list[int]) -> str:
     return f"{len(pids)} processes (pids {', '.join(map(str, sorted(pids)))})"
 
 
-def _reaped(pids: list[int], wait_s: float) -> None:
-    """Reap `pids`, children of this process, waiting at most `wait_s` for those not dead yet
-    (one in uninterruptible sleep dies when its call returns: not waited for longer)."""
+def reaped(pids: list[int], wait_s: float = REAP_WAIT_S) -> None:
+    """Reap those of `pids` that are children of this process (others are passed over),
+    waiting at most `wait_s` for those not dead yet (one in uninterruptible sleep dies when
+    its call returns: not waited for longer)."""
     import time
 
     deadline = time.monotonic() + wait_s

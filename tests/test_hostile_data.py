@@ -31,7 +31,7 @@ from test_hostile import copy_run, refused
 from text_data import BERT, bert_checkpoint, make_tokenizer, reviews, write_jsonl
 
 import cli
-from executor import faults
+from executor import faults, leftovers
 from executor import text as text_files
 from pipeplan import models
 from pipeplan.errors import InputFileError
@@ -9274,6 +9274,7 @@ def test_a_daemon_the_ranks_code_started_is_ended_with_the_run(tmp_path):
         assert done.returncode == 0, done.stderr
         assert len(pids) == 1, pids
         assert f"left 1 process (pid {pids[0]}) running or stopped: killed" in done.stderr
+        assert "the data code left" not in done.stderr  # said once, as the ranks' code's
         assert faults.session_of(pids[0]) is None or _state(pids[0]) == "Z", _state(pids[0])
     finally:
         for child in children.iterdir():
@@ -9288,11 +9289,28 @@ def test_what_the_ranks_code_started_ends_when_pipeplan_run_is_killed(tmp_path):
     clean-up, its ranks died (the kernel's parent-death signal) but what their code had
     started stayed. A watch process the launcher starts beside the ranks ends it: here a
     daemon (a session of its own), gone within seconds of the kill."""
+    _killed_with_children(tmp_path, SESSION_CHILD_LOAD, settle_s=0.0)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_what_the_launchers_check_of_the_data_started_ends_when_pipeplan_run_is_killed(
+    tmp_path,
+):
+    """Left by the eighty-second round: after `kill -9` of `pipeplan run`, a server the data
+    function started as the launcher checked it (a session of its own; no rank's, so no
+    run's mark) stayed. The command's own watch, started before its data code first ran,
+    ends what descended from the command: gone within seconds of the kill."""
+    _killed_with_children(tmp_path, LAUNCHER_CHILD_LOAD, settle_s=4 * leftovers.LOOK_S)
+
+
+def _killed_with_children(tmp_path: Path, code: str, settle_s: float) -> None:
+    """`pipeplan run --data forks.py:load` (`code`, writing each child's pid into a folder),
+    killed with SIGKILL `settle_s` after a child is written (the command's watch looks at
+    its descendants every LOOK_S): every child is gone within seconds."""
     children = tmp_path / "children"
     children.mkdir()
-    (tmp_path / "forks.py").write_text(
-        SESSION_CHILD_LOAD.replace("{folder!r}", repr(str(children)))
-    )
+    (tmp_path / "forks.py").write_text(code.replace("{folder!r}", repr(str(children))))
     argv = shlex.split(
         "run --nproc 2 --name x --model vit-digits --global-batch 16 --epochs 1 "
         f"--max-steps-per-epoch 50 --data {tmp_path / 'forks.py'}:load "
@@ -9308,14 +9326,16 @@ def test_what_the_ranks_code_started_ends_when_pipeplan_run_is_killed(tmp_path):
         while not any(children.iterdir()) and run.poll() is None:
             assert time.monotonic() < deadline, (tmp_path / "out").read_text()
             time.sleep(0.1)
+        time.sleep(settle_s)
         assert run.poll() is None, (tmp_path / "out").read_text()
-        (pid,) = [int(p.name) for p in children.iterdir()]
+        pids = [int(p.name) for p in children.iterdir()]
         run.kill()
         run.wait()
-        deadline = time.monotonic() + 15  # the ranks' parent-death signal, then the watch's
-        while faults.session_of(pid) is not None and _state(pid) != "Z":
-            assert time.monotonic() < deadline, f"pid {pid} is still {_state(pid)}"
-            time.sleep(0.1)
+        deadline = time.monotonic() + 15  # the ranks' parent-death signal, then the watches'
+        for pid in pids:
+            while faults.session_of(pid) is not None and _state(pid) != "Z":
+                assert time.monotonic() < deadline, f"pid {pid} is still {_state(pid)}"
+                time.sleep(0.1)
     finally:
         run.kill()
         for child in children.iterdir():
