@@ -182,23 +182,29 @@ def watch(argv: list[str]) -> None:
     launcher = int(argv[0])
     descendants = argv[1:2] == [DESCENDANTS]
     marks = dict(mark.split("=", 1) for mark in argv[1 + descendants :])
-    seen: dict[int, int] = {}
+    # The last two looks: while the launcher lives its descendants stay its (a subreaper's
+    # orphans are its own), so older looks hold only the dead; one look taken as it ended may
+    # have missed what went to init meanwhile.
+    looks: list[dict[int, int]] = [{}, {}]
+
+    def look() -> None:
+        if descendants:
+            looks[:] = [looks[1], _descendants([launcher])]
+
     try:
         handle = os.pidfd_open(launcher)
         while True:
-            if descendants:
-                seen.update(_descendants([launcher]))
+            look()
             if select.select([handle], [], [], LOOK_S if descendants else None)[0]:
                 break  # readable once it has ended
     except ProcessLookupError:  # ended already
         pass
     except (OSError, AttributeError):  # no pidfd here: its parent is the launcher until it ends
         while os.getppid() == launcher:
-            if descendants:
-                seen.update(_descendants([launcher]))
+            look()
             time.sleep(LOOK_S if descendants else 1.0)
     end_marked(marks)
-    end_seen(seen)
+    end_seen({**looks[0], **looks[1]})
 
 
 def end_seen(seen: Mapping[int, int]) -> list[int]:

@@ -9343,6 +9343,52 @@ def _killed_with_children(tmp_path: Path, code: str, settle_s: float) -> None:
                 os.kill(int(child.name), signal.SIGKILL)
 
 
+# A process that starts a child, says its pid, and waits: its command line holds `{tag}`.
+PARENT_OF_ONE = (
+    "tag = {tag!r}; import subprocess, time; child = subprocess.Popen(['sleep', '60']); "
+    "print(child.pid, flush=True); time.sleep(60)"
+)
+
+
+@pytest.mark.timeout(60)
+def test_what_a_killed_command_was_seen_to_start_is_ended_and_nothing_else():
+    """`leftovers.end_seen`, the command's watch's sweep once the command is killed: it ends
+    each process it saw that is still the one it saw (its start), and what those started
+    since (here a child it never saw); not a process whose start differs (its number another
+    program's since), nor a resource tracker (left to free what the code left: its child is
+    ended)."""
+    from executor import leftovers
+
+    def started(tag: str) -> tuple[subprocess.Popen, int]:
+        parent = subprocess.Popen(
+            [sys.executable, "-c", PARENT_OF_ONE.format(tag=tag)], stdout=subprocess.PIPE
+        )
+        return parent, int(parent.stdout.readline())
+
+    (seen, seen_child), (other, other_child), (tracker, tracker_child) = [
+        started(tag) for tag in ("", "", "from multiprocessing.resource_tracker import main")
+    ]
+    parents = [seen, other, tracker]
+    try:
+        starts = {p.pid: leftovers._started(p.pid) for p in parents}
+        starts[other.pid] += 1  # not the process seen: its number another's
+        ended = leftovers.end_seen(starts)
+        assert sorted(ended) == sorted([seen.pid, seen_child, tracker_child])
+        for pid in ended:
+            deadline = time.monotonic() + 10
+            while faults.session_of(pid) is not None and _state(pid) != "Z":
+                assert time.monotonic() < deadline, f"pid {pid} is still {_state(pid)}"
+                time.sleep(0.05)
+        for pid in (other.pid, other_child, tracker.pid):
+            assert _state(pid) not in (None, "Z", "T"), _state(pid)
+    finally:
+        for pid in [p.pid for p in parents] + [seen_child, other_child, tracker_child]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for p in parents:
+            p.wait()
+
+
 @pytest.mark.timeout(60)
 def test_only_the_processes_that_carry_the_runs_marks_are_ended():
     """`leftovers.end_marked` ends what carries every mark in its environment (a run's
