@@ -1683,10 +1683,7 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
     if not resume:
         check_not_trained(run_dir, saved)
         if world["WORLD_SIZE"] != saved.nproc:
-            raise BadArgumentError(
-                f"WORLD_SIZE={world['WORLD_SIZE']}: {run_dir} is prepared for {saved.nproc} "
-                f"ranks; prepare it with --nproc {world['WORLD_SIZE']}"
-            )
+            raise other_world(run_dir, saved.nproc, world["WORLD_SIZE"])
         if saved.plan:  # the run's copy of its plan, against the nodes torchrun started
             nodes = world["WORLD_SIZE"] // world["LOCAL_WORLD_SIZE"]
             plan = RunPlanner.for_run(run_dir, saved).plan
@@ -1905,6 +1902,15 @@ def check_one_run(run_dir: Path, cfg: RunConfig) -> None:
             )
 
 
+def other_world(run_dir: Path, prepared: int, world: int) -> BadArgumentError:
+    """A fresh run started on another world size than it was prepared for, worded once (the
+    launcher's entry and each rank's check said it two ways)."""
+    return BadArgumentError(
+        f"WORLD_SIZE={world}: {run_dir} is prepared for {prepared} ranks; prepare it with "
+        f"--nproc {world}"
+    )
+
+
 def rank_config(run_dir: Path, resume: bool) -> RunConfig:
     """run.json, for the world size the launcher started: a fresh run must match it; a resumed
     run is re-planned for it (rank 0 records the new size). A `pipeplan run --resume` runs
@@ -1917,10 +1923,7 @@ def rank_config(run_dir: Path, resume: bool) -> RunConfig:
     if world == cfg.nproc:
         return cfg
     if not resume:
-        raise BadArgumentError(
-            f"{run_dir} is prepared for {cfg.nproc} ranks but the launcher started {world}; "
-            f"prepare it with --nproc {world}"
-        )
+        raise other_world(run_dir, cfg.nproc, world)
     cfg = cfg.model_copy(update={"nproc": world})
     if int(os.environ["RANK"]) == 0:
         write_atomic(pending, dumps(cfg))  # run.json once a checkpoint is taken under it
