@@ -2932,6 +2932,7 @@ RANK_STATE = frozenset(
         "executor.errorfile._FOLDERS",
         "executor.errorfile._KEPT",
         "executor.errorfile._SPARE",
+        "executor.leftovers._COMMAND_WATCH",
         "executor.topology._host_group",
         "executor.worker._one_sided",
         "pipeplan.calls._LOCK",
