@@ -60,6 +60,7 @@ from pipeplan.exits import (
     end_children,
     exit_done,
     ignored_line,
+    note_start,
     run_exit_callbacks,
 )
 from pipeplan.fileio import OUTPUT_WRITTEN
@@ -1103,6 +1104,7 @@ def _deliver_after_imports(signum: int) -> None:
     said = "interrupted" if signum == signal.SIGINT else stopped_by(signum)
     with contextlib.suppress(OSError):
         os.write(_CONSOLE, f"pipeplan: {said}\n".encode())
+    end_children(None)  # a data module's import may have started some
     os._exit(130 if signum == signal.SIGINT else 128 + signum)
 
 
@@ -1252,6 +1254,7 @@ def entry() -> None:
     (freeing torch's and transformers' modules costs 1-2 s of CPU after every command).
     atexit's callbacks, logging's flush among them, still run. Its console never fails the
     work (`log.guard_console`); what a failed stdout means is `_output_status`'s."""
+    note_start()  # first: what this process has now is not the command's to end
     out, err = log.guard_console()
     command_process()
     adopt_orphans()

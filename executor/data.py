@@ -75,7 +75,7 @@ from pipeplan.errors import (
     one_line,
     quoted,
 )
-from pipeplan.exits import exits_raised, forks_ended, is_command_process
+from pipeplan.exits import end_children, exits_raised, forks_ended, is_command_process
 from pipeplan.fileio import identity, stops_deferred
 from pipeplan.formats.base import MAX_SAMPLES, file_state
 from pipeplan.log import write_line
@@ -2937,6 +2937,7 @@ RANK_STATE = frozenset(
         "executor.worker._one_sided",
         "pipeplan.calls._LOCK",
         "pipeplan.calls._RUNNING",
+        "pipeplan.exits._BEFORE",
         "pipeplan.exits._COMMAND",
         "pipeplan.fileio.OUTPUT_WRITTEN",
         "pipeplan.fileio._FOLDER_HELD",
@@ -6913,6 +6914,7 @@ def watched_for_hangs(timeout_s: float) -> Iterator[None]:
             if hung is not None:
                 with contextlib.suppress(OSError):
                     os.write(console, (pipeplan_log.error_line(hung) + "\n").encode())
+                end_children(None)  # what the hung code started: it held `… | cat` open
                 os._exit(2)
 
     watcher = threading.Thread(target=watch, name="pipeplan-data-watch", daemon=True)

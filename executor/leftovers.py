@@ -102,9 +102,17 @@ class Watch:
     `descendants`, what descended from this process (`end_seen`). Leaving the block ends the
     watch. Nothing where it cannot start (no pidfd, the process table full)."""
 
-    def __init__(self, marks: Mapping[str, str], descendants: bool = False) -> None:
+    def __init__(
+        self,
+        marks: Mapping[str, str],
+        descendants: bool = False,
+        spared: tuple[int | None, Mapping[int, int]] = (None, {}),
+    ) -> None:
+        """`spared`: (a start in clock ticks since boot, children: pid → start): the
+        descendants that started before it, and those children's, are not ended."""
         self.marks = dict(marks)
         self.descendants = descendants
+        self.spared = spared
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> Watch:
@@ -112,7 +120,10 @@ class Watch:
         # Its own environment without the marks: it is not one of the run's processes.
         env = {key: value for key, value in os.environ.items() if key not in self.marks}
         argv = [sys.executable, "-I", "-c", WATCH_CODE, root, str(os.getpid())]
-        argv += [DESCENDANTS] * self.descendants
+        if self.descendants:
+            since, children = self.spared
+            spared = ",".join(f"{pid}:{start}" for pid, start in children.items())
+            argv += [DESCENDANTS, str(since if since is not None else -1), spared]
         argv += [f"{key}={value}" for key, value in self.marks.items()]
         with contextlib.suppress(OSError):
             self.process = subprocess.Popen(
@@ -143,8 +154,13 @@ def watch_command() -> None:
     ends what descended from it. Found by the eighty-second round: a server the data function
     started with `start_new_session=True` as the launcher checked it (no rank's, no mark)
     outlived a `kill -9` of `pipeplan run`. Once a process; `end_command_watch` at its end."""
+    from pipeplan import exits
+
     if not _COMMAND_WATCH and os.path.isdir("/proc"):
-        _COMMAND_WATCH.append(Watch({}, descendants=True).__enter__())
+        watch = Watch({}, descendants=True, spared=exits.started_before()).__enter__()
+        _COMMAND_WATCH.append(watch)
+        exits.data_code_runs(watch.process.pid if watch.process else None)
+    exits.data_code_runs()
 
 
 def end_command_watch() -> None:
@@ -154,8 +170,9 @@ def end_command_watch() -> None:
         _COMMAND_WATCH.pop().__exit__()
 
 
-# The watch process: `python -I -c WATCH_CODE ROOT LAUNCHER_PID [--descendants] KEY=VALUE...`
-# (isolated: no user site, no PYTHONPATH; ROOT is the folder that holds `executor`).
+# The watch process: `python -I -c WATCH_CODE ROOT LAUNCHER_PID [--descendants SINCE
+# PID:START,...] KEY=VALUE...` (isolated: no user site, no PYTHONPATH; ROOT is the folder that
+# holds `executor`; SINCE and the PID:START list: `Watch`'s `spared`).
 WATCH_CODE = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
     "from executor.leftovers import watch; watch(sys.argv[2:])"
@@ -181,7 +198,12 @@ def watch(argv: list[str]) -> None:
     from it (looked at every LOOK_S while it lived)."""
     launcher = int(argv[0])
     descendants = argv[1:2] == [DESCENDANTS]
-    marks = dict(mark.split("=", 1) for mark in argv[1 + descendants :])
+    since, spared = -1, {}
+    if descendants:
+        since = int(argv[2])
+        pairs = [pair.split(":") for pair in argv[3].split(",") if pair]
+        spared = {int(pid): int(start) for pid, start in pairs}
+    marks = dict(mark.split("=", 1) for mark in argv[4 if descendants else 1 :])
     # The last two looks: while the launcher lives its descendants stay its (a subreaper's
     # orphans are its own), so older looks hold only the dead; one look taken as it ended may
     # have missed what went to init meanwhile.
@@ -189,7 +211,7 @@ def watch(argv: list[str]) -> None:
 
     def look() -> None:
         if descendants:
-            looks[:] = [looks[1], _descendants([launcher])]
+            looks[:] = [looks[1], _descendants([launcher], since, spared)]
 
     try:
         handle = os.pidfd_open(launcher)
@@ -279,9 +301,13 @@ def _started(pid: int) -> int | None:
         return None
 
 
-def _descendants(roots: list[int]) -> dict[int, int]:
+def _descendants(
+    roots: list[int], since: int = -1, spared: Mapping[int, int] | None = None
+) -> dict[int, int]:
     """The processes descended from `roots` (not the roots), pid → start ticks: through each
-    thread's /proc/PID/task/TID/children."""
+    thread's /proc/PID/task/TID/children; none that started before `since`, and none of
+    `spared` (pid → start) or below it."""
+    spared = spared or {}
     found: dict[int, int] = {}
     frontier = list(roots)
     while frontier:
@@ -297,7 +323,9 @@ def _descendants(roots: list[int]) -> dict[int, int]:
             except (OSError, ValueError):
                 continue
             for kid in kids:
-                if kid not in found and (start := _started(kid)) is not None:
-                    found[kid] = start
-                    frontier.append(kid)
+                start = _started(kid) if kid not in found else None
+                if start is None or start < since or spared.get(kid) == start:
+                    continue
+                found[kid] = start
+                frontier.append(kid)
     return found

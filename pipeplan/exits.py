@@ -39,6 +39,49 @@ CHILD_SWEEPS = 8
 REAP_WAIT_S = 2.0
 
 
+# What the `pipeplan` command's process had before its work began, never its to end
+# (`end_children`, the command's watch: `executor.leftovers.watch_command`): the children a
+# shell gave it (`sleep 300 & exec pipeplan …`: a wrapper's helper, a log's consumer, another
+# pipeplan command; the eighty-third round's were killed), and what started before it (an
+# orphan of theirs it adopts), by their start in clock ticks since boot; whether the user's
+# data code has run in it (else nothing it has is that code's); and the children pipeplan
+# itself keeps (the command's watch).
+_BEFORE: dict[str, Any] = {"ticks": None, "children": {}, "data": False, "kept": set()}
+
+
+def note_start() -> None:
+    """At the `pipeplan` command's start (`cli.entry`, first): what it has is not its own."""
+    # A tick early: what starts in the command's first tick is its own.
+    _BEFORE["ticks"] = _ticks_now() - 1
+    _BEFORE["children"] = {pid: start for pid, _, start in _children()}
+
+
+def data_code_runs(kept: int | None = None) -> None:
+    """The user's data code runs in this process (`executor.data`): what is left of its
+    children at the end is that code's; `kept`, a child of pipeplan's own (its watch), is
+    not."""
+    _BEFORE["data"] = True
+    if kept is not None:
+        _BEFORE["kept"].add(kept)
+
+
+def started_before() -> tuple[int | None, dict[int, int]]:
+    """(the command's start in clock ticks since boot, its children then: pid → start)."""
+    return _BEFORE["ticks"], dict(_BEFORE["children"])
+
+
+def _ticks_now() -> int:
+    """Now, in the clock ticks since boot that /proc/PID/stat's start time counts."""
+    import time
+
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+
+
+def _foreign(pid: int, start: int) -> bool:
+    ticks = _BEFORE["ticks"]
+    return _BEFORE["children"].get(pid) == start or (ticks is not None and start < ticks)
+
+
 def adopt_orphans() -> None:
     """Linux: this process (the `pipeplan` command's) becomes its descendants' parent when
     theirs ends (PR_SET_CHILD_SUBREAPER), so that what the user's code started in it, a
@@ -64,9 +107,9 @@ def end_children(say: Callable[[str], None] | None) -> list[int]:
     Linux (/proc); elsewhere none."""
     import signal
 
-    if not os.path.isdir("/proc"):
+    if not os.path.isdir("/proc") or not _BEFORE["data"]:
         return []
-    kept = set()
+    kept = set(_BEFORE["kept"])
     for module, name, field in (
         ("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
         ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid"),
@@ -78,9 +121,14 @@ def end_children(say: Callable[[str], None] | None) -> list[int]:
         kept.add(getattr(helper, field, None))
     killed: list[int] = []
     for _ in range(CHILD_SWEEPS):
-        found = [(pid, state) for pid, state in _children() if pid not in kept]
+        found = [
+            (pid, state)
+            for pid, state, start in _children()
+            if pid not in kept and not _foreign(pid, start)
+        ]
         for pid, state in found:
-            if state != "Z":  # (a child unreaped: its number is not another's)
+            # (a child unreaped: its number is not another's)
+            if (state != "Z" or _threads(pid) > 1) and pid not in killed:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
@@ -119,20 +167,29 @@ def reaped(pids: list[int], wait_s: float = REAP_WAIT_S) -> None:
             time.sleep(0.01)
 
 
-def _children() -> list[tuple[int, str]]:
-    """This process's children and their states (/proc/PID/stat)."""
+def _children() -> list[tuple[int, str, int]]:
+    """This process's children, their states and starts (/proc/PID/stat)."""
     children, me = [], os.getpid()
-    for entry in os.listdir("/proc"):
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
+            if int(fields[1]) == me:
+                children.append((int(entry), fields[0], int(fields[19])))
+        except (OSError, IndexError, ValueError):
             continue
-        if int(fields[1]) == me:
-            children.append((int(entry), fields[0]))
     return children
+
+
+def _threads(pid: int) -> int:
+    """Process `pid`'s threads alive: a zombie whose other threads run (its main thread
+    ended, `pthread_exit`) is alive, and was passed over as dead (the eighty-third round)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
 
 
 @contextlib.contextmanager
@@ -219,7 +276,7 @@ def run_exit_callbacks(
     say: Callable[[str], None] | None,
     traced: bool = False,
     status: int = 0,
-    limit_s: float = EXIT_CALLBACKS_S,
+    limit_s: float | None = None,
 ) -> None:
     """atexit's callbacks, run now (the process then exits without the interpreter's teardown,
     with the status pipeplan chose). Each callback's end is its own: one that raises, or that
@@ -227,7 +284,8 @@ def run_exit_callbacks(
     one line given to `say` (`callback_line`), or nothing where `say` is None (a command that
     failed: its error line stays its last); the callbacks after it still run. `traced`:
     Python's own report of each instead, its traceback (--debug).
-    Callbacks still running after `limit_s` (waiting on the user's code) are left: one line
+    Callbacks still running after `limit_s` (EXIT_CALLBACKS_S where None: waiting on the
+    user's code) are left: one line
     to `say`, the processes multiprocessing started are killed, and the process exits with
     `status` at once (`_late`).
 
@@ -250,6 +308,7 @@ def run_exit_callbacks(
             say(ignored_line(unraisable))
 
     sys.unraisablehook = said
+    limit_s = EXIT_CALLBACKS_S if limit_s is None else limit_s
     done = threading.Event()
     watch = threading.Thread(
         target=_late, args=(done, limit_s, say, status), name="pipeplan-exit-watch", daemon=True
@@ -285,6 +344,9 @@ def _late(
 
         for child in multiprocessing.active_children():
             child.kill()
+    # And what else the data code left: this exit skips the command's own sweep (the
+    # eighty-third round: a server it started held `… | cat` open two minutes more).
+    end_children(say)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

@@ -210,7 +210,10 @@ def _end(signum: int, frame: object) -> None:
     said = "interrupted" if signum == signal.SIGINT else stopped_by(signum)
     os.write(2, f"pipeplan: {said}\n".encode())
     # Mid-import, or past the command's outcome (its exit callbacks, after `cli.main`):
-    # nothing to unwind or flush.
+    # nothing to unwind or flush; what the data code left is ended as at any end (the
+    # eighty-third round: a stop as the callbacks waited left its server holding `| cat`).
+    if (exits := sys.modules.get("pipeplan.exits")) is not None:
+        exits.end_children(None)
     EXIT(128 + signum)
 
 
