@@ -915,6 +915,55 @@ def test_a_choice_over_the_schedule_cut_by_its_work_limit_says_so(
     assert re.search(r"may be faster \(one with the pins given by at most [0-9.]+ %\)$", said[0])
 
 
+def test_a_choice_over_the_schedule_cut_by_its_evaluations_limit_says_so(
+    profile, cluster, monkeypatch, caplog
+):
+    """Found by the eighty-third round: the limit on the layouts the schedule-wide choice
+    simulates (SCHEDULE_LAYER_EVALUATIONS, per phase and layer) skipped that choice, or
+    dropped candidates, in silence: 300 phases of a 302-layer model planned 3 % slower than
+    without it. Its cut is said as the path's limits are, with the bound, which holds."""
+    import logging
+
+    import pipeplan.plan as plan_module
+
+    args = dict(freeze=alpha_schedule(0.3, 6, 12), **shape())
+    full = make_plan(profile, cluster, **args)
+    per_candidate = len(full.phases) * len(profile.layers)
+    for evaluations in (0, per_candidate):  # the choice skipped; the candidates cut to one
+        monkeypatch.setattr(plan_module, "SCHEDULE_LAYER_EVALUATIONS", evaluations)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="pipeplan"):
+            cut = make_plan(profile, cluster, **args)
+        said = [r.getMessage() for r in caplog.records if "over the schedule" in r.getMessage()]
+        assert len(said) == 1, caplog.text
+        assert re.search(r"\(weighed [0-9]+ of [0-9]+ candidate layouts\)", said[0]), said[0]
+        assert cut.predicted_total_s >= full.predicted_total_s
+        by = float(re.search(r"may be faster, by at most ([0-9.]+) %$", said[0]).group(1)) / 100
+        assert 1 - full.predicted_total_s / cut.predicted_total_s <= by + 0.001  # (rounded)
+
+
+def test_a_cut_that_cost_nothing_goes_unsaid_and_a_tiny_bound_is_not_zero(caplog):
+    """Found by the eighty-third round: under --stages pins on 4,096 × 8 devices a cut line
+    said a faster plan may exist, "by at most 0.0 %". A cut plan at its proven floor is the
+    fastest there is: nothing is said; a bound under 0.05 % is said as 0.05 %."""
+    import logging
+
+    from pipeplan.plan import _ScheduleWork
+
+    def said(total: float, least: float) -> str:
+        work = _ScheduleWork()
+        work.cut(3, 9)
+        work.floors.append((total, least, False))
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="pipeplan"):
+            _ScheduleWork.report([work])
+        return caplog.text
+
+    assert said(10.0, 10.0) == ""
+    assert said(10.0, 9.99999).rstrip().endswith("may be faster, by at most 0.05 %")
+    assert said(10.0, 9.0).rstrip().endswith("may be faster, by at most 10.0 %")
+
+
 def test_the_choice_over_the_schedule_prunes_what_cannot_beat_the_best(monkeypatch, caplog):
     """Found by the eighty-first round: on 4,096 × 8 devices the shortest path over 194
     candidate layouts ran out of its work (SCHEDULE_PATH_WORK) and planned 5.8 % slower than
