@@ -269,9 +269,16 @@ def _phase_choice(
 
 
 def stage0_nodes(model: CostModel, layout: Layout) -> dict[int, int]:
-    """{node: how many stage-0 ranks it holds}: each such node keeps one cache."""
+    """{node: how many stage-0 ranks it holds}: each such node keeps one cache (not to be
+    changed: kept per rank map, `CostModel.by_rank_map`)."""
     G = model.cluster.devices_per_node
-    return dict(collections.Counter(row[0] // G for row in layout.rank_map))
+    rank_map = layout.rank_map
+
+    def counted() -> tuple[object, dict[int, int]]:
+        return rank_map, dict(collections.Counter(row[0] // G for row in rank_map))
+
+    key = ("stage0_nodes", id(rank_map))
+    return model.by_rank_map.get(key, counted, lambda _: rank_cells(rank_map))[1]
 
 
 def cache_pricing(

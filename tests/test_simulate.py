@@ -220,6 +220,7 @@ def test_allreduces_crossing_the_same_node_link_share_it():
     assert step_lower_bound_s(both, 1, "gpipe") == pytest.approx(8.0)
 
 
+@pytest.mark.parametrize("table_cells", [0, 1 << 24])
 @settings(max_examples=100, deadline=None)
 @given(
     flows=st.lists(
@@ -227,10 +228,18 @@ def test_allreduces_crossing_the_same_node_link_share_it():
     ),
     starts=st.lists(work, min_size=6, max_size=6),
 )
-def test_shared_links_are_priced_as_one_column_per_node(flows, starts):
+def test_shared_links_are_priced_as_one_column_per_node(flows, starts, table_cells):
     """The fluid model groups node links crossed by the same all-reduces into one column (a
-    column per node did not fit a million nodes): the ends are those of a column per node."""
-    from pipeplan.simulate import _fluid, shared_allreduce_ends
+    column per node did not fit a million nodes): the ends are those of a column per node,
+    whether the columns come from a [node, flow] table (small) or a dict of each node's."""
+    from unittest import mock
+
+    from pipeplan import simulate
+    from pipeplan.simulate import _fluid
+
+    def shared_allreduce_ends(*args):
+        with mock.patch.object(simulate, "SHARED_LINK_CELLS", table_cells):
+            return simulate.shared_allreduce_ends(*args)
 
     stages = [
         StageWork(
