@@ -283,12 +283,30 @@ def _stopped_if(pid: int, start: int) -> tuple[int | None, bool]:
 
 
 def _kept_command(pid: int) -> bool:
+    """Whether `pid` is one of KEPT_COMMANDS itself: not a worker a forkserver forked, which
+    has its command line too (the eighty-fourth round: a busy pool worker was spared, and
+    held `… | cat` two minutes), and whose parent has the same."""
+    line = _command_line(pid)
+    if line is None or not any(command in line for command in KEPT_COMMANDS):
+        return False
+    parent = _parent(pid)
+    return parent is None or _command_line(parent) != line
+
+
+def _command_line(pid: int) -> bytes | None:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            line = cmdline.read()
+            return cmdline.read()
     except OSError:
-        return False
-    return any(command in line for command in KEPT_COMMANDS)
+        return None
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _started(pid: int) -> int | None:

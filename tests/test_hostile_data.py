@@ -9352,6 +9352,14 @@ PARENT_OF_ONE = (
 )
 
 
+# The same, its child forked (a forkserver's worker: the same command line).
+PARENT_OF_A_FORK = (
+    "tag = {tag!r}; import os, sys, time; child = os.fork()\n"
+    "if child == 0: time.sleep(60); os._exit(0)\n"
+    "print(child, flush=True); time.sleep(60)"
+)
+
+
 @pytest.mark.timeout(60)
 def test_what_a_killed_command_was_seen_to_start_is_ended_and_nothing_else():
     """`leftovers.end_seen`, the command's watch's sweep once the command is killed: it ends
@@ -9361,30 +9369,32 @@ def test_what_a_killed_command_was_seen_to_start_is_ended_and_nothing_else():
     ended)."""
     from executor import leftovers
 
-    def started(tag: str) -> tuple[subprocess.Popen, int]:
+    def started(tag: str, code: str = PARENT_OF_ONE) -> tuple[subprocess.Popen, int]:
         parent = subprocess.Popen(
-            [sys.executable, "-c", PARENT_OF_ONE.format(tag=tag)], stdout=subprocess.PIPE
+            [sys.executable, "-c", code.format(tag=tag)], stdout=subprocess.PIPE
         )
         return parent, int(parent.stdout.readline())
 
     (seen, seen_child), (other, other_child), (tracker, tracker_child) = [
         started(tag) for tag in ("", "", "from multiprocessing.resource_tracker import main")
     ]
-    parents = [seen, other, tracker]
+    # A forkserver is spared; the worker it forked (its command line) is not.
+    server, worker = started("from multiprocessing.forkserver import main", PARENT_OF_A_FORK)
+    parents = [seen, other, tracker, server]
     try:
         starts = {p.pid: leftovers._started(p.pid) for p in parents}
         starts[other.pid] += 1  # not the process seen: its number another's
         ended = leftovers.end_seen(starts)
-        assert sorted(ended) == sorted([seen.pid, seen_child, tracker_child])
+        assert sorted(ended) == sorted([seen.pid, seen_child, tracker_child, worker])
         for pid in ended:
             deadline = time.monotonic() + 10
             while faults.session_of(pid) is not None and _state(pid) != "Z":
                 assert time.monotonic() < deadline, f"pid {pid} is still {_state(pid)}"
                 time.sleep(0.05)
-        for pid in (other.pid, other_child, tracker.pid):
+        for pid in (other.pid, other_child, tracker.pid, server.pid):
             assert _state(pid) not in (None, "Z", "T"), _state(pid)
     finally:
-        for pid in [p.pid for p in parents] + [seen_child, other_child, tracker_child]:
+        for pid in [p.pid for p in parents] + [seen_child, other_child, tracker_child, worker]:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         for p in parents:
