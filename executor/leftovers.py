@@ -107,13 +107,19 @@ class Watch:
         marks: Mapping[str, str],
         descendants: bool = False,
         spared: tuple[int | None, Mapping[int, int]] = (None, {}),
+        detached: bool = False,
     ) -> None:
         """`spared`: (a start in clock ticks since boot, children: pid → start): the
-        descendants that started before it, and those children's, are not ended."""
+        descendants that started before it, and those children's, are not ended.
+        `detached`: the watch is not this process's child (its parent ends as it starts), so
+        that data code reaping every child of its process (`os.wait()` until none is left)
+        does not wait for it (the eighty-fourth round: `pipeplan run` hung)."""
         self.marks = dict(marks)
         self.descendants = descendants
         self.spared = spared
+        self.detached = detached
         self.process: subprocess.Popen | None = None
+        self.handle: int | None = None  # the detached watch's pidfd
 
     def __enter__(self) -> Watch:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -125,6 +131,9 @@ class Watch:
             spared = ",".join(f"{pid}:{start}" for pid, start in children.items())
             argv += [DESCENDANTS, str(since if since is not None else -1), spared]
         argv += [f"{key}={value}" for key, value in self.marks.items()]
+        if self.detached:
+            argv.insert(6, DETACHED)  # after the launcher's pid
+            return self._detached(argv, env)
         with contextlib.suppress(OSError):
             self.process = subprocess.Popen(
                 argv,
@@ -137,11 +146,42 @@ class Watch:
             )
         return self
 
+    def _detached(self, argv: list[str], env: dict[str, str]) -> Watch:
+        """Started through a parent that says its pid and ends, adopted by none of this
+        process's (orphans go past it while it starts: the data code has not run yet)."""
+        from pipeplan.exits import adopt_orphans
+
+        adopt_orphans(False)
+        try:
+            starter = subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd="/",
+            )
+            with starter.stdout:
+                said = starter.stdout.readline()
+            starter.wait()
+            self.handle = os.pidfd_open(int(said))
+        except (OSError, ValueError):  # no watch: nothing else changes
+            pass
+        finally:
+            adopt_orphans(True)
+        return self
+
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
             self.process.kill()
             self.process.wait()
             self.process = None
+        if self.handle is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.handle, signal.SIGKILL)
+            os.close(self.handle)
+            self.handle = None
 
 
 # The `pipeplan` command's own watch (`watch_command`), once its data code runs.
@@ -157,9 +197,8 @@ def watch_command() -> None:
     from pipeplan import exits
 
     if not _COMMAND_WATCH and os.path.isdir("/proc"):
-        watch = Watch({}, descendants=True, spared=exits.started_before()).__enter__()
-        _COMMAND_WATCH.append(watch)
-        exits.data_code_runs(watch.process.pid if watch.process else None)
+        watch = Watch({}, descendants=True, spared=exits.started_before(), detached=True)
+        _COMMAND_WATCH.append(watch.__enter__())
     exits.data_code_runs()
 
 
@@ -178,6 +217,7 @@ WATCH_CODE = (
     "from executor.leftovers import watch; watch(sys.argv[2:])"
 )
 DESCENDANTS = "--descendants"
+DETACHED = "--detached"
 # How often a watch of descendants looks at them while the launcher lives: a process started
 # and left by a parent it outlives within the last look before a `kill -9` of the launcher is
 # not seen (it goes to the system's init); one whose parent it saw is.
@@ -196,6 +236,15 @@ def watch(argv: list[str]) -> None:
     """The watch process's body: wait for process argv[0] to end (its pidfd becomes readable),
     then end what carries the marks (KEY=VALUE each) and, after DESCENDANTS, what descended
     from it (looked at every LOOK_S while it lived)."""
+    if argv[1:2] == [DETACHED]:  # its parent says its pid and ends: it is nobody's child
+        argv = argv[:1] + argv[2:]
+        child = os.fork()
+        if child:
+            os.write(1, f"{child}\n".encode())
+            os._exit(0)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
     launcher = int(argv[0])
     descendants = argv[1:2] == [DESCENDANTS]
     since, spared = -1, {}
@@ -221,8 +270,9 @@ def watch(argv: list[str]) -> None:
                 break  # readable once it has ended
     except ProcessLookupError:  # ended already
         pass
-    except (OSError, AttributeError):  # no pidfd here: its parent is the launcher until it ends
-        while os.getppid() == launcher:
+    except (OSError, AttributeError):  # no pidfd here: the launcher is there while its start is
+        started = _started(launcher)
+        while started is not None and _started(launcher) == started:
             look()
             time.sleep(LOOK_S if descendants else 1.0)
     end_marked(marks)

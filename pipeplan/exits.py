@@ -82,16 +82,17 @@ def _foreign(pid: int, start: int) -> bool:
     return _BEFORE["children"].get(pid) == start or (ticks is not None and start < ticks)
 
 
-def adopt_orphans() -> None:
+def adopt_orphans(adopt: bool = True) -> None:
     """Linux: this process (the `pipeplan` command's) becomes its descendants' parent when
     theirs ends (PR_SET_CHILD_SUBREAPER), so that what the user's code started in it, a
-    daemon in a session of its own included, is still its child at its end (`end_children`).
+    daemon in a session of its own included, is still its child at its end (`end_children`);
+    `adopt=False` stops that (a process of pipeplan's own let go: the command's watch).
     Elsewhere nothing."""
     import ctypes
 
     pr_set_child_subreaper = 36
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1)
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, int(adopt))
 
 
 def end_children(say: Callable[[str], None] | None) -> list[int]:

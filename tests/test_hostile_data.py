@@ -9553,6 +9553,37 @@ def test_what_the_shell_gave_the_command_is_not_ended_with_it(tmp_path):
                 os.kill(pid, signal.SIGKILL)
 
 
+REAPING_LOAD = """\
+import os, subprocess, torch
+
+def load():
+    if not os.environ.get("RANK"):  # the launcher's check: its own helper, waited for
+        subprocess.Popen(["sleep", "1"])
+        while True:  # every child of this process reaped, as a fork-based loader may
+            try:
+                os.wait()
+            except ChildProcessError:
+                break
+    x, y = torch.zeros(80, 1, 8, 8), torch.arange(80) % 10
+    return torch.utils.data.TensorDataset(x, y), torch.utils.data.TensorDataset(x, y)
+"""
+
+
+@pytest.mark.timeout(150)
+def test_data_code_that_reaps_every_child_does_not_wait_for_pipeplans_own(tmp_path):
+    """Found by the eighty-fourth round: the command's watch was its child, so data code
+    reaping every child of its process (`os.wait()` until none is left) waited for it: the
+    run hung (the same module returned at once through the API). The watch is nobody's
+    child: the check returns once the code's own helper has."""
+    (tmp_path / "reaps.py").write_text(REAPING_LOAD)
+    argv = [sys.executable, "-m", "cli", "run", "--prepare-only", "--model", "vit-digits"]
+    argv += ["--data", "reaps.py:load"]
+    env = {**os.environ, "PYTHONPATH": str(Path(cli.__file__).resolve().parent)}
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert "torchrun" in done.stdout
+
+
 HUNG_SERVER_LOAD = """\
 import os, subprocess, threading, time, torch
 from concurrent.futures import ThreadPoolExecutor
