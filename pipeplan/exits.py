@@ -122,18 +122,28 @@ def end_children(say: Callable[[str], None] | None) -> list[int]:
         kept.add(getattr(helper, field, None))
     killed: list[int] = []
     for _ in range(CHILD_SWEEPS):
-        found = [
-            (pid, state)
-            for pid, state, start in _children()
-            if pid not in kept and not _foreign(pid, start)
-        ]
-        for pid, state in found:
-            # (a child unreaped: its number is not another's)
-            if (state != "Z" or _threads(pid) > 1) and pid not in killed:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-        reaped([pid for pid, _ in found], REAP_WAIT_S)
+        # Every descendant at once, each stopped before any is killed: killed one level a
+        # round, a tree deeper than the rounds outlived the command (the eighty-fourth round).
+        found = _descendants(kept)
+        handles = []
+        for pid, (state, start) in found.items():
+            if state == "Z" and _threads(pid) <= 1:
+                continue  # dead: its parent's to reap (this process's, below)
+            with contextlib.suppress(OSError):
+                handle = os.pidfd_open(pid)  # then read again: not another's since the look
+                if _start(pid) == start:
+                    signal.pidfd_send_signal(handle, signal.SIGSTOP)
+                    handles.append(handle)
+                    if pid not in killed:
+                        killed.append(pid)
+                else:
+                    os.close(handle)
+        for handle in handles:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(handle, signal.SIGKILL)
+            os.close(handle)
+        children = {pid for pid, _, _ in _children()}
+        reaped([pid for pid in found if pid in children], REAP_WAIT_S)
         if not found:
             break
     if killed and say is not None:
@@ -182,6 +192,38 @@ def _children() -> list[tuple[int, str, int]]:
         except (OSError, IndexError, ValueError):
             continue
     return children
+
+
+def _descendants(kept: set) -> dict[int, tuple[str, int]]:
+    """This process's descendants (pid → state, start), but `kept` ones and what the command
+    had at its start (`_foreign`), and theirs."""
+    below: dict[int, list[tuple[int, str, int]]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            below.setdefault(int(fields[1]), []).append((int(entry), fields[0], int(fields[19])))
+        except (OSError, IndexError, ValueError):
+            continue
+    found: dict[int, tuple[str, int]] = {}
+    frontier = [os.getpid()]
+    while frontier:
+        for pid, state, start in below.get(frontier.pop(), []):
+            if pid in found or pid in kept or _foreign(pid, start):
+                continue
+            found[pid] = (state, start)
+            frontier.append(pid)
+    return found
+
+
+def _start(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _threads(pid: int) -> int:

@@ -9584,6 +9584,53 @@ def test_data_code_that_reaps_every_child_does_not_wait_for_pipeplans_own(tmp_pa
     assert "torchrun" in done.stdout
 
 
+DEEP_TREE_LOAD = """\
+import os, time, torch
+
+def load():
+    if not os.environ.get("RANK") and os.fork() == 0:  # the launcher's check: a chain of 12
+        for level in range(12):
+            with open(os.path.join({folder!r}, str(os.getpid())), "w"):
+                pass
+            if level < 11 and os.fork():  # its child is the next level; each one waits
+                break
+        time.sleep(300)
+        os._exit(0)
+    time.sleep(1.5)  # (the chain started)
+    x, y = torch.zeros(80, 1, 8, 8), torch.arange(80) % 10
+    return torch.utils.data.TensorDataset(x, y), torch.utils.data.TensorDataset(x, y)
+"""
+
+
+@pytest.mark.timeout(150)
+def test_a_tree_deeper_than_the_sweeps_rounds_is_ended_whole(tmp_path):
+    """Found by the eighty-fourth round: the command's end killed what the data code left
+    one level a round (each killed process's children came to it next), so a chain deeper
+    than its 8 rounds outlived it, and held `… | cat` a minute more. Every descendant is
+    stopped, then all are killed, in one round: the output closes with the command."""
+    children = tmp_path / "children"
+    children.mkdir()
+    (tmp_path / "chain.py").write_text(DEEP_TREE_LOAD.replace("{folder!r}", repr(str(children))))
+    argv = [sys.executable, "-m", "cli", "run", "--prepare-only", "--model", "vit-digits"]
+    argv += ["--data", "chain.py:load"]
+    env = {**os.environ, "PYTHONPATH": str(Path(cli.__file__).resolve().parent)}
+    try:
+        done = subprocess.run(
+            argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90
+        )
+        pids = [int(p.name) for p in children.iterdir()]
+        assert done.returncode == 0, done.stderr
+        assert len(pids) % 12 == 0 and pids, pids  # (one chain per load of the check)
+        assert done.stderr.rstrip().endswith(f"left {len(pids)} processes (pids " + ", ".join(
+            map(str, sorted(pids))) + ") running: killed"), done.stderr  # fmt: skip
+        for pid in pids:
+            assert _state(pid) in (None, "Z"), _state(pid)
+    finally:
+        for child in children.iterdir():
+            with contextlib.suppress(OSError):
+                os.kill(int(child.name), signal.SIGKILL)
+
+
 HUNG_SERVER_LOAD = """\
 import os, subprocess, threading, time, torch
 from concurrent.futures import ThreadPoolExecutor
