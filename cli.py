@@ -1313,6 +1313,10 @@ def _output_status(code: int, out: log.Output) -> int:
     return 2
 
 
+# How long the exit callbacks may run after a stop (`exits.EXIT_CALLBACKS_S` otherwise).
+STOPPED_CALLBACKS_S = 1.0
+
+
 def _run_exit_callbacks(code: int) -> None:
     """atexit's callbacks, run now (`entry` skips the interpreter's teardown), none of which
     sets the command's exit status (`exits.run_exit_callbacks`): one that raises or exits
@@ -1323,7 +1327,11 @@ def _run_exit_callbacks(code: int) -> None:
     by the thirty-eighth, one that called `os._exit(3)` ended `pipeplan run` with status 3.
     `--debug` keeps Python's traceback."""
     warn = logging.getLogger("pipeplan.cli").warning
-    run_exit_callbacks((lambda line: warn("%s", line)) if code == 0 else None, _debug["on"], code)
+    say = (lambda line: warn("%s", line)) if code == 0 else None
+    # A stop (Ctrl-C, SIGTERM: 128 + the signal) asked for the end now: the data code's work
+    # left running is waited for briefly (the eighty-fourth round: its line, then 10 s more).
+    limit = STOPPED_CALLBACKS_S if code > 128 else None
+    run_exit_callbacks(say, _debug["on"], code, limit)
 
 
 if __name__ == "__main__":

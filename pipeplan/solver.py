@@ -226,11 +226,13 @@ class PlanWork:
         best_s, lower_s = max(stopped, key=lambda s: s[0] / s[1] if s[1] > 0 else math.inf)
         # Worded as the schedule's line words its bound (the eighty-third round: "134%" here,
         # "65.9 %" there); no bound proven is said, not "inf%".
+        gap = 100 * (best_s / lower_s - 1) if lower_s > 0 else math.inf
         bound = (
-            f"at most {100 * (best_s / lower_s - 1):.1f} % above its optimum"
-            if lower_s > 0
+            # (never "0.0 %" nor "-0.0 %": the eighty-fourth round)
+            f"at most {gap:.1f} % above its optimum" if gap >= 0.05
+            else "at most 0.05 % above its optimum" if lower_s > 0
             else "with no bound proven on how far above its optimum"
-        )
+        )  # fmt: skip
         log.info(
             "layout search stopped at its work limit in %d of %d phase searches: each best "
             "layout %s (the widest: best step %.6g s)",

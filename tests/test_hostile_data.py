@@ -9553,6 +9553,54 @@ def test_what_the_shell_gave_the_command_is_not_ended_with_it(tmp_path):
                 os.kill(pid, signal.SIGKILL)
 
 
+STOPPED_WITH_A_TASK_LOAD = """\
+import os, threading, time, torch
+from concurrent.futures import ThreadPoolExecutor
+
+def load():
+    ThreadPoolExecutor(1).submit(threading.Event().wait)  # a task left running
+    open(os.path.join({folder!r}, "loading"), "w").close()
+    time.sleep(60)  # the launcher's check, stopped here
+"""
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_is_not_held_by_the_data_codes_work_left_running(tmp_path, signum):
+    """Found by the eighty-fourth round: Ctrl-C or SIGTERM during the launcher's check of
+    data code that left a thread pool's task running said its line at once, then the command
+    waited 10 s in silence (the exit callbacks join the task), further stops ignored. After a
+    stop the callbacks get STOPPED_CALLBACKS_S."""
+    folder = tmp_path / "flags"
+    folder.mkdir()
+    (tmp_path / "stopped.py").write_text(
+        STOPPED_WITH_A_TASK_LOAD.replace("{folder!r}", repr(str(folder)))
+    )
+    # As the console script: its name makes it the command (`startup.is_the_command`).
+    code = "import sys; sys.argv[0] = 'pipeplan'; import cli; cli.entry()"
+    argv = [sys.executable, "-c", code, "run", "--model", "vit-digits"]
+    argv += ["--data", "stopped.py:load", "--prepare-only"]
+    env = {**os.environ, "PYTHONPATH": str(Path(cli.__file__).resolve().parent)}
+    command = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not (folder / "loading").exists():
+            assert time.monotonic() < deadline and command.poll() is None
+            time.sleep(0.1)
+        stopped = time.monotonic()
+        command.send_signal(signum)
+        _, err = command.communicate(timeout=60)
+        took = time.monotonic() - stopped
+        assert command.returncode == 128 + signum, err  # (SIGINT: 130)
+        assert len(err.splitlines()) == 1, err
+        assert took < 1.0 + 4.0, took  # STOPPED_CALLBACKS_S, and a margin for a loaded host
+    finally:
+        command.kill()
+        command.wait()
+
+
 REAPING_LOAD = """\
 import os, subprocess, torch
 
