@@ -229,9 +229,9 @@ class PlanWork:
         gap = 100 * (best_s / lower_s - 1) if lower_s > 0 else math.inf
         bound = (
             # (never "0.0 %" nor "-0.0 %": the eighty-fourth round)
-            f"at most {gap:.1f} % above its optimum" if gap >= 0.05
-            else "at most 0.05 % above its optimum" if lower_s > 0
-            else "with no bound proven on how far above its optimum"
+            "with no bound proven on how far above its optimum" if lower_s <= 0
+            else f"at most {gap:.1f} % above its optimum" if gap >= 0.05
+            else "at most 0.05 % above its optimum"
         )  # fmt: skip
         log.info(
             "layout search stopped at its work limit in %d of %d phase searches: each best "

@@ -964,6 +964,27 @@ def test_a_cut_that_cost_nothing_goes_unsaid_and_a_tiny_bound_is_not_zero(caplog
     assert said(10.0, 9.0).rstrip().endswith("may be faster, by at most 10.0 %")
 
 
+def test_the_phase_searches_gap_is_worded_as_the_schedules(caplog):
+    """Found by the eighty-third and eighty-fourth rounds: the phase-search line read "134%"
+    where the schedule's reads "65.9 %", "inf%" with no lower bound, and "0.0 %" or "-0.0 %"
+    for a gap under rounding."""
+    import logging
+
+    from pipeplan.solver import PlanWork
+
+    def said(best_s: float, lower_s: float) -> str:
+        work = PlanWork()
+        work.stops = [(best_s, lower_s)]
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="pipeplan"):
+            work.report()
+        return caplog.text
+
+    assert "each best layout at most 134.0 % above its optimum" in said(2.34, 1.0)
+    assert "at most 0.05 % above" in said(1.0, 1.0) and "at most 0.05 % above" in said(1, 1.1)
+    assert "with no bound proven on how far above its optimum" in said(1.0, 0.0)
+
+
 def test_the_choice_over_the_schedule_prunes_what_cannot_beat_the_best(monkeypatch, caplog):
     """Found by the eighty-first round: on 4,096 × 8 devices the shortest path over 194
     candidate layouts ran out of its work (SCHEDULE_PATH_WORK) and planned 5.8 % slower than
