@@ -135,15 +135,7 @@ class Watch:
             argv.insert(6, DETACHED)  # after the launcher's pid
             return self._detached(argv, env)
         with contextlib.suppress(OSError):
-            self.process = subprocess.Popen(
-                argv,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd="/",
-            )
+            self.process = _watch_process(argv, env, subprocess.DEVNULL)
         return self
 
     def _detached(self, argv: list[str], env: dict[str, str]) -> Watch:
@@ -153,15 +145,7 @@ class Watch:
 
         adopt_orphans(False)
         try:
-            starter = subprocess.Popen(
-                argv,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd="/",
-            )
+            starter = _watch_process(argv, env, subprocess.PIPE)
             with starter.stdout:
                 said = starter.stdout.readline()
             starter.wait()
@@ -182,6 +166,19 @@ class Watch:
                 signal.pidfd_send_signal(self.handle, signal.SIGKILL)
             os.close(self.handle)
             self.handle = None
+
+
+def _watch_process(argv: list[str], env: dict[str, str], stdout: int) -> subprocess.Popen:
+    """The watch's process (or its starter's): in a session of its own, holding no console."""
+    return subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd="/",
+    )
 
 
 # The `pipeplan` command's own watch (`watch_command`), once its data code runs.
