@@ -43,10 +43,9 @@ REAP_WAIT_S = 2.0
 # (`end_children`, the command's watch: `executor.leftovers.watch_command`): the children a
 # shell gave it (`sleep 300 & exec pipeplan …`: a wrapper's helper, a log's consumer, another
 # pipeplan command; the eighty-third round's were killed), and what started before it (an
-# orphan of theirs it adopts), by their start in clock ticks since boot; whether the user's
-# data code has run in it (else nothing it has is that code's); and the children pipeplan
-# itself keeps (the command's watch).
-_BEFORE: dict[str, Any] = {"ticks": None, "children": {}, "data": False, "kept": set()}
+# orphan of theirs it adopts), by their start in clock ticks since boot; and whether the
+# user's data code has run in it (else nothing it has is that code's).
+_BEFORE: dict[str, Any] = {"ticks": None, "children": {}, "data": False}
 
 
 def note_start() -> None:
@@ -56,13 +55,10 @@ def note_start() -> None:
     _BEFORE["children"] = {pid: start for pid, _, start in _children()}
 
 
-def data_code_runs(kept: int | None = None) -> None:
+def data_code_runs() -> None:
     """The user's data code runs in this process (`executor.data`): what is left of its
-    children at the end is that code's; `kept`, a child of pipeplan's own (its watch), is
-    not."""
+    children at the end is that code's."""
     _BEFORE["data"] = True
-    if kept is not None:
-        _BEFORE["kept"].add(kept)
 
 
 def started_before() -> tuple[int | None, dict[int, int]]:
@@ -110,7 +106,7 @@ def end_children(say: Callable[[str], None] | None) -> list[int]:
 
     if not os.path.isdir("/proc") or not _BEFORE["data"]:
         return []
-    kept = set(_BEFORE["kept"])
+    kept = set()
     for module, name, field in (
         ("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
         ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid"),
