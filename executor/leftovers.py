@@ -162,9 +162,12 @@ class Watch:
             self.process.wait()
             self.process = None
         if self.handle is not None:
+            # (data code that closed pipeplan's descriptors closed this one too: refused, and
+            # the watch then ends with the command, having nothing left to end)
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self.handle, signal.SIGKILL)
-            os.close(self.handle)
+            with contextlib.suppress(OSError):
+                os.close(self.handle)
             self.handle = None
 
 
