@@ -122,7 +122,7 @@ def end_children(say: Callable[[str], None] | None) -> list[int]:
         # round, a tree deeper than the rounds outlived the command (the eighty-fourth round).
         found = _descendants(kept)
         handles = []
-        for pid, (state, start) in found.items():
+        for pid, (state, start, _) in found.items():
             if state == "Z" and _threads(pid) <= 1:
                 continue  # dead: its parent's to reap (this process's, below)
             with contextlib.suppress(OSError):
@@ -138,8 +138,8 @@ def end_children(say: Callable[[str], None] | None) -> list[int]:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(handle, signal.SIGKILL)
             os.close(handle)
-        children = {pid for pid, _, _ in _children()}
-        reaped([pid for pid in found if pid in children], REAP_WAIT_S)
+        me = os.getpid()
+        reaped([pid for pid, (*_, parent) in found.items() if parent == me], REAP_WAIT_S)
         if not found:
             break
     if killed and say is not None:
@@ -190,9 +190,9 @@ def _children() -> list[tuple[int, str, int]]:
     return children
 
 
-def _descendants(kept: set) -> dict[int, tuple[str, int]]:
-    """This process's descendants (pid → state, start), but `kept` ones and what the command
-    had at its start (`_foreign`), and theirs."""
+def _descendants(kept: set) -> dict[int, tuple[str, int, int]]:
+    """This process's descendants (pid → state, start, parent), but `kept` ones and what the
+    command had at its start (`_foreign`), and theirs: one look at /proc."""
     below: dict[int, list[tuple[int, str, int]]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -203,13 +203,14 @@ def _descendants(kept: set) -> dict[int, tuple[str, int]]:
             below.setdefault(int(fields[1]), []).append((int(entry), fields[0], int(fields[19])))
         except (OSError, IndexError, ValueError):
             continue
-    found: dict[int, tuple[str, int]] = {}
+    found: dict[int, tuple[str, int, int]] = {}
     frontier = [os.getpid()]
     while frontier:
-        for pid, state, start in below.get(frontier.pop(), []):
+        parent = frontier.pop()
+        for pid, state, start in below.get(parent, []):
             if pid in found or pid in kept or _foreign(pid, start):
                 continue
-            found[pid] = (state, start)
+            found[pid] = (state, start, parent)
             frontier.append(pid)
     return found
 
