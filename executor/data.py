@@ -75,7 +75,13 @@ from pipeplan.errors import (
     one_line,
     quoted,
 )
-from pipeplan.exits import end_children, exits_raised, forks_ended, is_command_process
+from pipeplan.exits import (
+    end_children,
+    ending,
+    exits_raised,
+    forks_ended,
+    is_command_process,
+)
 from pipeplan.fileio import identity, stops_deferred
 from pipeplan.formats.base import MAX_SAMPLES, file_state
 from pipeplan.log import write_line
@@ -2939,6 +2945,7 @@ RANK_STATE = frozenset(
         "pipeplan.calls._RUNNING",
         "pipeplan.exits._BEFORE",
         "pipeplan.exits._COMMAND",
+        "pipeplan.exits._LINEAGE",
         "pipeplan.fileio.OUTPUT_WRITTEN",
         "pipeplan.fileio._FOLDER_HELD",
         "pipeplan.fileio._HELD",
@@ -4116,6 +4123,12 @@ class _ExitCallback:
         return None
 
 
+# The audited events that start a process (os.exec in a fork's child: the fork was one).
+_STARTS = frozenset(
+    ("os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "subprocess.Popen")
+)
+
+
 def _audit(event: str, args: tuple) -> None:
     """pipeplan's audit hook: an audit hook added while the data code runs is not added (an
     exception derived from RuntimeError here keeps it out; `sys.addaudithook` then returns
@@ -4126,6 +4139,8 @@ def _audit(event: str, args: tuple) -> None:
             _note_ran(args[0], sys._getframe(1))
         return
     if event != "sys.addaudithook" and event != "os.exec":
+        if event in _STARTS and ending():  # the command's last sweep of what its code left
+            raise ChildProcessError("pipeplan is ending: no process starts now")
         return
     watched = _watched_now()
     if watched is None:

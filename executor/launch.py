@@ -74,6 +74,8 @@ if __name__ == "__main__":
 import signal
 
 from executor import errorfile  # light: a rank reserves its report's room before the imports
+from executor.leftovers import lineage_in  # light too, as is what marks the rank's lineage
+from pipeplan.exits import mark_lineage, rank_lineage
 
 # The process's own exit (light too): while the data's code runs, `os._exit` raises SystemExit
 # (`exits.exits_raised`), and a stop handler's exit in a resume's checks was told as the
@@ -84,6 +86,7 @@ from pipeplan.startup import EXIT, away_from_working_directory
 # (`agent_scope`), named in the ranks' environment.
 INTERRUPTED = "PIPEPLAN_INTERRUPTED"
 LAUNCHER_PID = "PIPEPLAN_LAUNCHER_PID"  # set for the ranks `pipeplan run` starts
+RUN_MARK = "PIPEPLAN_RUN_MARK"  # the run's mark, which its ranks' shell sets (RANK_SHELL)
 # The identity ("st_dev:st_ino") of the run directory `pipeplan run`'s launcher claimed, set for
 # its ranks (`replaced_as_it_started`).
 RUN_DIR_ID = "PIPEPLAN_RUN_DIR_ID"
@@ -231,6 +234,8 @@ if __name__ == "__main__":
     # Before the imports that take seconds too: a rank stopped (SIGSTOP) while it imported
     # outlived a launcher killed meanwhile, stopped for ever (the seventeenth round).
     die_with_launcher()
+    if ours and (lineage := lineage_in(os.environ.get(RUN_MARK, ""))) is not None:
+        mark_lineage(lineage)  # what this rank's code starts is the run's, wherever it goes
     if replaced_as_it_started():  # not a file written there: its launcher says it moved
         os._exit(1)  # faults.EXIT_FAILED (not imported yet)
     if not ours:  # torchrun's rank: `pipeplan run` made this check before it started ranks
@@ -433,7 +438,6 @@ SHUTDOWN_S = 10
 # starts inherits it, and is ended with the run (`leftovers`); the launcher's own environment
 # does not hold it, so a process another thread of an API caller starts meanwhile is not the
 # run's (the eighty-second round).
-RUN_MARK = "PIPEPLAN_RUN_MARK"
 RANK_SHELL = ("/bin/sh", "-c", f'trap "" INT; {RUN_MARK}=$0; export {RUN_MARK}; exec "$@"')
 # Each rank's Python does not put the directory it starts in first on sys.path (3.11+; before
 # that its first statement takes it off: `working_directory_off_path`): a user's token.py
@@ -1943,7 +1947,9 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         raise gone
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
-    marks = {RUN_MARK: uuid.uuid4().hex}  # what every process of the run carries
+    # What every process of the run carries: in its environment, and the ranks' lineage
+    # (`exits.rank_lineage`), which an environment of its own does not take away.
+    marks = {RUN_MARK: f"{uuid.uuid4().hex}.{rank_lineage()}"}
     args = [*RANK_SHELL[1:], marks[RUN_MARK], sys.executable, "-u", *SAFE_PATH]
     args += ["-m", "executor.launch"]
     args.append(str(run_dir))

@@ -45,28 +45,63 @@ def _marked(pid: int, marks: list[bytes]) -> bool:
     return all(mark in held for mark in marks)
 
 
+def _dead(pid: int) -> bool:
+    """Whether process `pid` is a zombie none of whose threads runs (one whose main thread
+    ended while others run is alive)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
+                return False
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except (OSError, IndexError):
+        return True  # gone
+
+
+def _lineage(pid: int) -> int | None:
+    from pipeplan.exits import lineage_of  # (10 ms to import, once, in a watch)
+
+    return lineage_of(pid)
+
+
 def _encoded(marks: Mapping[str, str]) -> list[bytes]:
     return [f"\0{key}={value}\0".encode() for key, value in marks.items()]
 
 
-def end_marked(marks: Mapping[str, str]) -> list[int]:
-    """SIGKILL every process but this one whose environment holds `marks`, and return their
-    pids. Each is signalled through a pidfd opened before its environment is read again: a
-    pid another process took since the look is not signalled. Linux (/proc); elsewhere none.
+def lineage_in(mark: str) -> int | None:
+    """The lineage (`pipeplan.exits.mark_lineage`) a run's mark names after its last dot, the
+    one its ranks mark themselves with: `lineage_in("5f0c….7000000000000000001")`."""
+    tail = mark.rpartition(".")[2]
+    return int(tail) if "." in mark and tail.isdigit() else None
 
-        end_marked({"PIPEPLAN_RUN_MARK": "5f0c…"})
+
+def end_marked(marks: Mapping[str, str]) -> list[int]:
+    """SIGKILL every process but this one whose environment holds `marks`, or that carries a
+    lineage they name (`lineage_in`: what a rank's code started with an environment of its
+    own, the eighty-fourth round), and return their pids. Each is signalled through a pidfd
+    opened before it is read again: a pid another process took since the look is not
+    signalled. Linux (/proc); elsewhere none.
+
+        end_marked({"PIPEPLAN_RUN_MARK": "5f0c….7000000000000000001"})
     """
     if not marks or not os.path.isdir("/proc"):
         return []
     wanted = _encoded(marks)
+    lineages = {lineage for lineage in map(lineage_in, marks.values()) if lineage is not None}
+
+    def ours(pid: int) -> bool:
+        if _marked(pid, wanted):
+            return True
+        # (a dead process's limits are still there to read: its parent's to reap, not ended)
+        return bool(lineages) and _lineage(pid) in lineages and not _dead(pid)
+
     killed: list[int] = []
     for _ in range(SWEEPS):
         found = 0
         for entry in os.listdir("/proc"):
             pid = int(entry) if entry.isdigit() else 0
-            if not pid or pid == os.getpid() or pid in killed or not _marked(pid, wanted):
+            if not pid or pid == os.getpid() or pid in killed or not ours(pid):
                 continue
-            if killed_if(pid, lambda pid=pid: _marked(pid, wanted)):
+            if killed_if(pid, lambda pid=pid: ours(pid)):
                 killed.append(pid)
                 found += 1
         if not found:
@@ -108,9 +143,12 @@ class Watch:
         descendants: bool = False,
         spared: tuple[int | None, Mapping[int, int]] = (None, {}),
         detached: bool = False,
+        lineage: int | None = None,
     ) -> None:
         """`spared`: (a start in clock ticks since boot, children: pid → start): the
-        descendants that started before it, and those children's, are not ended.
+        descendants that started before it, and those children's, are not ended; nor, given
+        a `lineage` (`pipeplan.exits.mark_lineage`), a child of this process (an orphan it
+        adopted) that carries neither it nor its ranks' (`lineage + 1`), and its own.
         `detached`: the watch is not this process's child (its parent ends as it starts), so
         that data code reaping every child of its process (`os.wait()` until none is left)
         does not wait for it (the eighty-fourth round: `pipeplan run` hung)."""
@@ -118,6 +156,7 @@ class Watch:
         self.descendants = descendants
         self.spared = spared
         self.detached = detached
+        self.lineage = lineage
         self.process: subprocess.Popen | None = None
         self.handle: int | None = None  # the detached watch's pidfd
 
@@ -129,7 +168,8 @@ class Watch:
         if self.descendants:
             since, children = self.spared
             spared = ",".join(f"{pid}:{start}" for pid, start in children.items())
-            argv += [DESCENDANTS, str(since if since is not None else -1), spared]
+            lineage = self.lineage if self.lineage is not None else -1
+            argv += [DESCENDANTS, str(since if since is not None else -1), spared, str(lineage)]
         argv += [f"{key}={value}" for key, value in self.marks.items()]
         if self.detached:
             argv.insert(6, DETACHED)  # after the launcher's pid
@@ -197,7 +237,8 @@ def watch_command() -> None:
     from pipeplan import exits
 
     if not _COMMAND_WATCH and os.path.isdir("/proc"):
-        watch = Watch({}, descendants=True, spared=exits.started_before(), detached=True)
+        spared, lineage = exits.started_before(), exits.lineage_marked()
+        watch = Watch({}, descendants=True, spared=spared, detached=True, lineage=lineage)
         _COMMAND_WATCH.append(watch.__enter__())
     exits.data_code_runs()
 
@@ -210,8 +251,9 @@ def end_command_watch() -> None:
 
 
 # The watch process: `python -I -c WATCH_CODE ROOT LAUNCHER_PID [--descendants SINCE
-# PID:START,...] KEY=VALUE...` (isolated: no user site, no PYTHONPATH; ROOT is the folder that
-# holds `executor`; SINCE and the PID:START list: `Watch`'s `spared`).
+# PID:START,... LINEAGE] KEY=VALUE...` (isolated: no user site, no PYTHONPATH; ROOT is the
+# folder that holds `executor`; SINCE and the PID:START list: `Watch`'s `spared`; LINEAGE its
+# `lineage`, -1 for none).
 WATCH_CODE = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
     "from executor.leftovers import watch; watch(sys.argv[2:])"
@@ -247,12 +289,14 @@ def watch(argv: list[str]) -> None:
         os.close(devnull)
     launcher = int(argv[0])
     descendants = argv[1:2] == [DESCENDANTS]
-    since, spared = -1, {}
+    since, spared, lineages = -1, {}, None
     if descendants:
         since = int(argv[2])
         pairs = [pair.split(":") for pair in argv[3].split(",") if pair]
         spared = {int(pid): int(start) for pid, start in pairs}
-    marks = dict(mark.split("=", 1) for mark in argv[4 if descendants else 1 :])
+        lineage = int(argv[4])
+        lineages = (lineage, lineage + 1) if lineage >= 0 else None
+    marks = dict(mark.split("=", 1) for mark in argv[5 if descendants else 1 :])
     # The last two looks: while the launcher lives its descendants stay its (a subreaper's
     # orphans are its own), so older looks hold only the dead; one look taken as it ended may
     # have missed what went to init meanwhile.
@@ -260,7 +304,7 @@ def watch(argv: list[str]) -> None:
 
     def look() -> None:
         if descendants:
-            looks[:] = [looks[1], _descendants([launcher], since, spared)]
+            looks[:] = [looks[1], _descendants([launcher], since, spared, lineages)]
 
     try:
         handle = os.pidfd_open(launcher)
@@ -370,11 +414,15 @@ def _started(pid: int) -> int | None:
 
 
 def _descendants(
-    roots: list[int], since: int = -1, spared: Mapping[int, int] | None = None
+    roots: list[int],
+    since: int = -1,
+    spared: Mapping[int, int] | None = None,
+    lineages: tuple[int, ...] | None = None,
 ) -> dict[int, int]:
     """The processes descended from `roots` (not the roots), pid → start ticks: through each
-    thread's /proc/PID/task/TID/children; none that started before `since`, and none of
-    `spared` (pid → start) or below it."""
+    thread's /proc/PID/task/TID/children; none that started before `since`, none of
+    `spared` (pid → start), no child of a root that carries none of `lineages` (where given),
+    and none below those."""
     spared = spared or {}
     found: dict[int, int] = {}
     frontier = list(roots)
@@ -394,6 +442,8 @@ def _descendants(
                 start = _started(kid) if kid not in found else None
                 if start is None or start < since or spared.get(kid) == start:
                     continue
+                if lineages is not None and pid in roots and _lineage(kid) not in lineages:
+                    continue  # an orphan of what the root had before (a shell's helper's)
                 found[kid] = start
                 frontier.append(kid)
     return found

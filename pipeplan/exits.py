@@ -45,20 +45,95 @@ REAP_WAIT_S = 2.0
 # pipeplan command; the eighty-third round's were killed), and what started before it (an
 # orphan of theirs it adopts), by their start in clock ticks since boot; and whether the
 # user's data code has run in it (else nothing it has is that code's).
-_BEFORE: dict[str, Any] = {"ticks": None, "children": {}, "data": False}
+_BEFORE: dict[str, Any] = {"ticks": None, "children": {}, "data": False, "ending": False}
 
 
 def note_start() -> None:
-    """At the `pipeplan` command's start (`cli.entry`, first): what it has is not its own."""
+    """At the `pipeplan` command's start (`cli.entry`, first): what it has is not its own;
+    what it starts from now on carries its lineage (`mark_lineage`)."""
     # A tick early: what starts in the command's first tick is its own.
     _BEFORE["ticks"] = _ticks_now() - 1
     _BEFORE["children"] = {pid: start for pid, _, start in _children()}
+    mark_lineage(lineage())
+
+
+# Which processes descend from the `pipeplan` command, whatever they did since (cleared their
+# environment, a session of their own, a daemon's double fork): the soft limit of RLIMIT_LOCKS,
+# which every child inherits through fork and exec and which Linux has ignored since 2.4.25,
+# set to a value of the command's own (an even `lineage()`; its ranks' is the odd one above,
+# `rank_lineage`); and /proc/PID/limits, which any user may read. An orphan the command adopts
+# without it is not the command's: a daemon of a helper the shell started before `exec
+# pipeplan` (the eighty-fourth round: it was killed, and a concurrent `pipeplan run` too).
+RLIMIT_LOCKS = 10  # Linux's number on every architecture pipeplan runs on; checked on use
+LINEAGE_BASE = 7_000_000_000_000_000_000
+_LINEAGE: dict[str, int | None] = {"own": None, "marked": None}
+
+
+def lineage() -> int:
+    """This process's lineage value (even; drawn once)."""
+    if _LINEAGE["own"] is None:
+        import secrets
+
+        _LINEAGE["own"] = LINEAGE_BASE + 2 * secrets.randbelow(10**15)
+    own = _LINEAGE["own"]
+    assert own is not None
+    return own
+
+
+def rank_lineage() -> int:
+    """The lineage the ranks of a run this process launches mark themselves with."""
+    return lineage() + 1
+
+
+def mark_lineage(value: int) -> None:
+    """Mark this process, and so whatever it starts from now on, with `value` (`lineage_of`
+    reads it back); nothing where the platform has no such limit or its hard one is lower
+    (then `lineage_marked()` is None, and the command ends what started after it began)."""
+    try:
+        import resource
+
+        hard = resource.getrlimit(RLIMIT_LOCKS)[1]
+        if hard != resource.RLIM_INFINITY and hard < value:
+            return
+        old = resource.getrlimit(RLIMIT_LOCKS)
+        resource.setrlimit(RLIMIT_LOCKS, (value, hard))
+        if lineage_of(os.getpid()) != value:  # another limit by that number: put it back
+            resource.setrlimit(RLIMIT_LOCKS, old)
+            return
+    except (ImportError, OSError, ValueError):
+        return
+    _LINEAGE["marked"] = value
+
+
+def lineage_marked() -> int | None:
+    """The value `mark_lineage` set in this process, None where none was."""
+    return _LINEAGE["marked"]
+
+
+def lineage_of(pid: int) -> int | None:
+    """Process `pid`'s lineage mark (its soft "Max file locks"), None where it has none
+    (unlimited) or cannot be read (gone)."""
+    try:
+        with open(f"/proc/{pid}/limits", encoding="ascii", errors="replace") as limits:
+            for line in limits:
+                if line.startswith("Max file locks"):
+                    soft = line[len("Max file locks") :].split()[0]
+                    return int(soft) if soft.isdigit() else None
+    except OSError:
+        pass
+    return None
 
 
 def data_code_runs() -> None:
     """The user's data code runs in this process (`executor.data`): what is left of its
     children at the end is that code's."""
     _BEFORE["data"] = True
+
+
+def ending() -> bool:
+    """Whether the command's last sweep of its children has begun (`end_children`): the user's
+    code starts no process from then on (`executor.data`'s audit hook refuses it)."""
+    return _BEFORE["ending"]
 
 
 def started_before() -> tuple[int | None, dict[int, int]]:
@@ -106,6 +181,11 @@ def end_children(say: Callable[[str], None] | None) -> list[int]:
 
     if not os.path.isdir("/proc") or not _BEFORE["data"]:
         return []
+    # A thread of the data code's that starts a helper again whenever one ends started the
+    # next after the last round (the eighty-fourth round: it held `… | cat` 40 s): from now
+    # on it starts none, and its thread ends in silence, as the command does.
+    _BEFORE["ending"] = True
+    threading.excepthook = lambda args: None
     kept = set()
     for module, name, field in (
         ("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
@@ -191,8 +271,9 @@ def _children() -> list[tuple[int, str, int]]:
 
 
 def _descendants(kept: set) -> dict[int, tuple[str, int, int]]:
-    """This process's descendants (pid → state, start, parent), but `kept` ones and what the
-    command had at its start (`_foreign`), and theirs: one look at /proc."""
+    """This process's descendants (pid → state, start, parent), but `kept` ones, what the
+    command had at its start (`_foreign`) and an orphan it adopted that is not of its lineage
+    (`mark_lineage`), and theirs: one look at /proc."""
     below: dict[int, list[tuple[int, str, int]]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -204,11 +285,16 @@ def _descendants(kept: set) -> dict[int, tuple[str, int, int]]:
         except (OSError, IndexError, ValueError):
             continue
     found: dict[int, tuple[str, int, int]] = {}
-    frontier = [os.getpid()]
+    me = os.getpid()
+    own = lineage_marked()
+    frontier = [me]
     while frontier:
         parent = frontier.pop()
         for pid, state, start in below.get(parent, []):
             if pid in found or pid in kept or _foreign(pid, start):
+                continue
+            # (below one of its own, whatever its mark: the command's too)
+            if parent == me and own is not None and lineage_of(pid) not in (own, own + 1):
                 continue
             found[pid] = (state, start, parent)
             frontier.append(pid)

@@ -9251,7 +9251,9 @@ class Forks(torch.utils.data.TensorDataset):
                 if os.fork() == 0:
                     with open(os.path.join({folder!r}, str(os.getpid())), "w"):
                         pass
-                    time.sleep(300)  # holding the console's descriptors
+                    # holding the console's descriptors, without the run's mark in its
+                    # environment (the eighty-fourth round: said as the launcher's code's)
+                    os.execve("/bin/sleep", ["sleep", "300"], {})
                 os._exit(0)
         return super().__getitem__(index)
 
@@ -9267,8 +9269,10 @@ def test_a_daemon_the_ranks_code_started_is_ended_with_the_run(tmp_path):
     """Found by the eighty-first round: a child the data code started in a session of its own
     (`os.setsid()`, a daemon's double fork) outlived the run, out of reach of the ranks'
     sessions, and held the console: `pipeplan run … | cat` never ended. The launcher ends
-    every process that carries the run's marks in its environment: the output's pipe closes
-    with the run (`capture_output` reads it to its end), and the daemon is gone."""
+    every process that carries the run's marks in its environment or its ranks' lineage
+    (the eighty-fourth round: one with an environment of its own was said as the launcher's
+    data code's, "the data code left", and the ranks' line undercounted): the output's pipe
+    closes with the run (`capture_output` reads it to its end), and the daemon is gone."""
     children = tmp_path / "children"
     try:
         done = _ran_with_children(tmp_path, SESSION_CHILD_LOAD, children)
@@ -9436,6 +9440,53 @@ def test_only_the_processes_that_carry_the_runs_marks_are_ended():
             p.wait(10)
 
 
+@pytest.mark.timeout(60)
+def test_a_lineage_marks_what_descends_from_the_command_and_nothing_else():
+    """`exits.mark_lineage`: what a process starts carries its lineage (an environment and a
+    session of its own take nothing away), read back by `exits.lineage_of`; the command's
+    watch ends none of its children without it (an orphan of a helper the shell started
+    before `exec pipeplan`: the eighty-fourth round killed it), and `leftovers.end_marked`
+    ends what carries the ranks' lineage a run's mark names, whatever its environment."""
+    import resource
+
+    from executor import leftovers
+    from pipeplan import exits
+
+    ours = exits.LINEAGE_BASE + 2 * (os.getpid() % 10**6) + 123_456_000_000
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("PIPEPLAN_")}
+
+    def started(lineage: int | None) -> subprocess.Popen:
+        def marked() -> None:
+            if lineage is not None:
+                resource.setrlimit(exits.RLIMIT_LOCKS, (lineage, resource.RLIM_INFINITY))
+
+        return subprocess.Popen(
+            ["sleep", "60"], env={} if lineage else bare, start_new_session=True,
+            preexec_fn=marked,
+        )  # fmt: skip
+
+    command, rank, foreign = started(ours), started(ours + 1), started(None)
+    everyone = [command, rank, foreign]
+    try:
+        deadline = time.monotonic() + 10  # each exec'd with its limits
+        while leftovers._command_line(rank.pid) != b"sleep\x0060\x00":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert [exits.lineage_of(p.pid) for p in everyone] == [ours, ours + 1, None]
+        seen = leftovers._descendants([os.getpid()], lineages=(ours, ours + 1))
+        assert {command.pid, rank.pid} <= set(seen) and foreign.pid not in seen
+        assert foreign.pid in leftovers._descendants([os.getpid()])  # (a child all the same)
+        assert leftovers.lineage_in(f"5f0c.{ours + 1}") == ours + 1
+        assert leftovers.lineage_in("5f0c") is None and leftovers.lineage_in("5f0c.x") is None
+        assert leftovers.end_marked({"PIPEPLAN_RUN_MARK": f"5f0c.{ours + 1}"}) == [rank.pid]
+        assert rank.wait(10) == -signal.SIGKILL
+        assert command.poll() is None and foreign.poll() is None
+    finally:
+        for p in everyone:
+            p.kill()
+            p.wait(10)
+
+
 API_THREAD_SCRIPT = """\
 import os, subprocess, sys, threading, time
 import pipeplan
@@ -9525,7 +9576,10 @@ def test_what_the_shell_gave_the_command_is_not_ended_with_it(tmp_path):
     (tmp_path / "forks.py").write_text(
         LAUNCHER_CHILD_LOAD.replace("{folder!r}", repr(str(children)))
     )
-    shell = 'sleep 300 > /dev/null 2>&1 & echo $! > helper; exec "$@"'
+    # and a helper that starts a daemon once the command runs: adopted by the command (its
+    # parent ended), not the command's (the eighty-fourth round: killed, "the data code left")
+    later = "(sleep 1; sleep 300 > /dev/null 2>&1 & echo $! > later.tmp; mv later.tmp later)"
+    shell = f'sleep 300 > /dev/null 2>&1 & echo $! > helper; {later} & exec "$@"'
     helpers = []
     try:
         for argv in (
@@ -9538,7 +9592,11 @@ def test_what_the_shell_gave_the_command_is_not_ended_with_it(tmp_path):
                 env={**os.environ, "PYTHONPATH": str(Path(cli.__file__).resolve().parent)},
             )  # fmt: skip
             helpers.append(int((tmp_path / "helper").read_text()))
+            assert (tmp_path / "later").exists(), done.stderr  # it started as the command ran
+            helpers.append(int((tmp_path / "later").read_text()))
+            (tmp_path / "later").unlink()
             assert done.returncode == 0, done.stderr
+            assert _state(helpers[-2]) not in (None, "Z"), done.stderr
             assert _state(helpers[-1]) not in (None, "Z"), done.stderr
             if argv == ["models"]:  # no data code ran: nothing ended, nothing said
                 assert "left" not in done.stderr, done.stderr
@@ -9548,9 +9606,58 @@ def test_what_the_shell_gave_the_command_is_not_ended_with_it(tmp_path):
         for pid in servers:
             assert str(pid) in done.stderr.splitlines()[-1]
             assert _state(pid) in (None, "Z"), _state(pid)
-        assert str(helpers[-1]) not in done.stderr
+        assert str(helpers[-1]) not in done.stderr and str(helpers[-2]) not in done.stderr
     finally:
         for pid in helpers + [int(p.name) for p in children.iterdir()]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+RESPAWNING_LOAD = """\
+import os, subprocess, threading, torch
+
+def supervise():  # a helper started again whenever it ends
+    while True:
+        helper = subprocess.Popen(["sleep", "120"], start_new_session=True)
+        with open(os.path.join({folder!r}, str(helper.pid)), "w"):
+            pass
+        helper.wait()
+
+def load():
+    threading.Thread(target=supervise, daemon=True).start()
+    x, y = torch.zeros(80, 1, 8, 8), torch.arange(80) % 10
+    return torch.utils.data.TensorDataset(x, y), torch.utils.data.TensorDataset(x, y)
+"""
+
+
+@pytest.mark.timeout(150)
+def test_a_helper_the_data_code_starts_again_does_not_outlive_the_command(tmp_path):
+    """Found by the eighty-fourth round: a thread of the data code's that starts its helper
+    again whenever it ends started one after the command's last sweep, which outlived the
+    command and held its output (`pipeplan run … | cat`: 40 s, a helper's whole life). From
+    the last sweep on, the code starts no process (refused), and its thread ends in silence:
+    the output's pipe closes with the command (`capture_output` reads it to its end)."""
+    helpers = tmp_path / "helpers"
+    helpers.mkdir()
+    (tmp_path / "sup.py").write_text(RESPAWNING_LOAD.replace("{folder!r}", repr(str(helpers))))
+    argv = ["run", "--prepare-only", "--model", "vit-digits", "--data", "sup.py:load"]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "cli", *argv], cwd=tmp_path, capture_output=True,
+            text=True, timeout=90,
+            env={**os.environ, "PYTHONPATH": str(Path(cli.__file__).resolve().parent)},
+        )  # fmt: skip
+        pids = [int(p.name) for p in helpers.iterdir()]
+        assert done.returncode == 0, done.stderr
+        assert pids
+        last = done.stderr.splitlines()[-1]
+        assert last.startswith("pipeplan: WARNING: the data code left "), done.stderr
+        assert last.endswith(" running: killed"), done.stderr
+        assert "Traceback" not in done.stderr and "Exception in thread" not in done.stderr
+        for pid in pids:
+            assert _state(pid) in (None, "Z"), (pid, _state(pid))
+    finally:
+        for pid in [int(p.name) for p in helpers.iterdir()]:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 
