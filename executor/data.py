@@ -2954,6 +2954,7 @@ RANK_STATE = frozenset(
         "pipeplan.fileio._TRAINED",
         "pipeplan.fileio._TRAINED_FD",
         "pipeplan.fileio._TRAINED_LOCK",
+        "pipeplan.formats.layout._RANK_MAP_FACTS",
         "pipeplan.formats.run._NOTICED",
         "pipeplan.log.DATA_THREADS",
         "pipeplan.log._OUTPUTS",

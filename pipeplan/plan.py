@@ -474,8 +474,7 @@ def _over_the_schedule(
     per_search, most = WIDENED_PER_SEARCH, WIDENED_MOST
     # Long models' searches run out of work before they prove anything: none widened.
     proven = None  # the phases' floors and least costs (`_phase_floors`), sought once
-    while room > len(placements) and model.num_layers <= DENSE_MAX_LAYERS:
-        # (else nothing widened could be weighed: not searched for)
+    while model.num_layers <= DENSE_MAX_LAYERS:
         proven = proven or _phase_floors(model, shape, cache, greedy, floors, pins, work)
         wider, every_one = _widened(
             model, shape, greedy, proven, pins, work, min(best_total, greedy_total), per_search
@@ -483,6 +482,10 @@ def _over_the_schedule(
         wider = [p for p in dict.fromkeys(wider) if p not in placements]
         known += len(wider)
         room_cut = room_cut or len(wider) > room - len(placements)
+        if room <= len(placements):
+            # No room for what it found: counted as cut, not weighed (the eighty-fifth round:
+            # candidates that filled the room exactly skipped the widening, in silence).
+            break
         every_one = every_one and len(wider) <= min(most, room - len(placements))
         wider = wider[: min(most, room - len(placements))]
         if wider:
@@ -862,11 +865,14 @@ class _ScheduleWork:
         # round: a cut plan was 5.8 % slower than a pinned one, and the line gave no bound).
         # Under pins, the floors are of plans that keep them: other pins may gain more.
         gaps = [1.0 - least / total for pool in pools for total, least, _ in pool.floors]
+        # A plan at or past its floor (rounding: "-0.0"; a floor not finite) loses nothing:
+        # it took the bound of every other plan away, or the line (the eighty-fifth round).
+        gaps = [gap if gap > 0.0 else 0.0 for gap in gaps]
         pinned = any(pinned for pool in pools for *_, pinned in pool.floors)
         if gaps and max(gaps) <= PROVEN_GAP:
             return  # every plan cut is proven the fastest there is (with its pins): no loss
         by = ""
-        if gaps and all(0.0 <= gap < 1.0 for gap in gaps):
+        if gaps and max(gaps) < 1.0:  # (a floor of 0 bounds nothing)
             # (a gap that rounds to 0.0 % is said so: the eighty-third round read "0.0 %")
             most = f"{max(gaps) * 100:.1f} %" if max(gaps) >= 0.0005 else "0.05 %"
             by = (

@@ -1,6 +1,7 @@
 """Plans and previews: determinism, the format, bad inputs as one-line errors."""
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -969,6 +970,33 @@ def test_a_cut_schedule_of_one_epoch_phases_states_a_bound_that_says_something(m
     assert by < 0.4, said[0]  # (25.6 %; 81.1 % before)
 
 
+def test_candidates_that_fill_the_evaluations_room_exactly_are_a_cut_said(monkeypatch, caplog):
+    """Found by the eighty-fifth round: where the candidates known filled the room
+    SCHEDULE_LAYER_EVALUATIONS leaves exactly (here 12 of 12), the widening was skipped and
+    nothing was said, though the plan was 1.29 % slower than without the limit. What the
+    widening finds then is counted as cut, and said with its bound, which holds."""
+    import logging
+
+    import pipeplan.plan as plan_module
+    from pipeplan.synthetic import synthetic_profile, transformer_layers
+
+    layers = transformer_layers(num_blocks=12, hidden=768, seq_len=128, vocab=30522)
+    profile = synthetic_profile(layers, name="s12", hidden=768, device_memory_bytes=2 << 30)
+    cluster = cluster_from_flags(nodes=2, devices_per_node=3, profile=profile)
+    freeze = list_schedule(list(range(14)), 14, 12)
+    args = dict(global_batch=60, samples=600, epochs=14, freeze=freeze)
+    full = make_plan(profile, cluster, **args)
+    monkeypatch.setattr(plan_module, "SCHEDULE_LAYER_EVALUATIONS", 12 * 14 * 14 * 2)  # room 12
+    with caplog.at_level(logging.INFO, logger="pipeplan"):
+        cut = make_plan(profile, cluster, **args)
+    said = [r.getMessage() for r in caplog.records if "over the schedule" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert re.search(r"\(weighed 12 of [0-9]+ candidate layouts\)", said[0]), said[0]
+    by = float(re.search(r"may be faster, by at most ([0-9.]+) %$", said[0]).group(1)) / 100
+    assert cut.predicted_total_s > full.predicted_total_s  # (what was lost, said)
+    assert 1 - full.predicted_total_s / cut.predicted_total_s <= by + 0.001  # (rounded)
+
+
 def test_a_cut_that_cost_nothing_goes_unsaid_and_a_tiny_bound_is_not_zero(caplog):
     """Found by the eighty-third round: under --stages pins on 4,096 × 8 devices a cut line
     said a faster plan may exist, "by at most 0.0 %". A cut plan at its proven floor is the
@@ -977,10 +1005,10 @@ def test_a_cut_that_cost_nothing_goes_unsaid_and_a_tiny_bound_is_not_zero(caplog
 
     from pipeplan.plan import _ScheduleWork
 
-    def said(total: float, least: float) -> str:
+    def said(total: float, least: float, *more: tuple[float, float]) -> str:
         work = _ScheduleWork()
         work.cut(3, 9)
-        work.floors.append((total, least, False))
+        work.floors += [(t, least, False) for t, least in ((total, least), *more)]
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="pipeplan"):
             _ScheduleWork.report([work])
@@ -989,6 +1017,12 @@ def test_a_cut_that_cost_nothing_goes_unsaid_and_a_tiny_bound_is_not_zero(caplog
     assert said(10.0, 10.0) == ""
     assert said(10.0, 9.99999).rstrip().endswith("may be faster, by at most 0.05 %")
     assert said(10.0, 9.0).rstrip().endswith("may be faster, by at most 10.0 %")
+    # A plan a rounding hair past its floor, or with a floor not finite, loses nothing: it
+    # takes neither another plan's bound nor the line away (the eighty-fifth round).
+    assert said(10.0, 5.0, (10.0, 10.000001)).rstrip().endswith("by at most 50.0 %")
+    assert said(10.0, 5.0, (10.0, math.inf)).rstrip().endswith("by at most 50.0 %")
+    assert said(10.0, 10.000001) == "" and said(10.0, math.inf) == ""
+    assert said(10.0, 0.0).rstrip().endswith("may be faster")  # (no bound proven)
 
 
 def test_the_phase_searches_gap_is_worded_as_the_schedules(caplog):

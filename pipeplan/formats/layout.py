@@ -15,6 +15,7 @@ the same `check` before running one, so a written plan always runs.
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, ConfigDict
@@ -78,6 +79,37 @@ def check_rank_order(rank_map: tuple[tuple[int, ...], ...]) -> None:
             )
 
 
+# What is known to hold of each rank map (by identity) a live layout holds: ("order",) and
+# (stages, world size) of `check_placement`. A preview on 2^20 devices checked 59 distinct
+# maps, 1,100 objects, 15,000 times: a third of its time (the eighty-fourth round). Kept
+# through a weak reference to the layout: nothing is held alive, and a map's id is its own
+# while the layout lives.
+_RANK_MAP_FACTS: dict[int, tuple[weakref.ref, set[tuple]]] = {}
+
+
+def _known(layout: Layout, fact: tuple) -> bool:
+    held = _RANK_MAP_FACTS.get(id(layout.rank_map))
+    if held is None:
+        return False
+    owner = held[0]()
+    return owner is not None and owner.rank_map is layout.rank_map and fact in held[1]
+
+
+def _learnt(layout: Layout, fact: tuple) -> None:
+    key = id(layout.rank_map)
+    held = _RANK_MAP_FACTS.get(key)
+    owner = held[0]() if held is not None else None
+    if held is None or owner is None or owner.rank_map is not layout.rank_map:
+
+        def gone(ref: weakref.ref, key: int = key) -> None:
+            if _RANK_MAP_FACTS.get(key, (None,))[0] is ref:
+                del _RANK_MAP_FACTS[key]
+
+        held = (weakref.ref(layout, gone), set())
+        _RANK_MAP_FACTS[key] = held
+    held[1].add(fact)
+
+
 class Layout(Strict):
     """One phase: the freeze point, whether the frozen prefix is read from the cache, S stages
     (boundaries 0 = b0 < … < bS = layers) × D replicas (rank_map[replica][stage] → global
@@ -121,6 +153,8 @@ class Layout(Strict):
             raise BadArgumentError(
                 f"{self.frozen_layers} frozen layers of {num_layers} (the head is never frozen)"
             )
+        if _known(self, (S, world_size)):
+            return
         if self.replicas < 1 or set(map(len, self.rank_map)) != {S}:
             raise BadArgumentError(
                 f"rank map {[list(r) for r in self.rank_map]} needs one row of {S} ranks per "
@@ -134,6 +168,7 @@ class Layout(Strict):
                 f"rank map {[list(r) for r in self.rank_map]} must use distinct ranks of "
                 f"0..{world_size - 1}"
             )
+        _learnt(self, (S, world_size))
 
     @property
     def forward_only_stages(self) -> int:
@@ -147,7 +182,9 @@ class Layout(Strict):
         """The one check of a layout the planner emits and the executor runs: a valid
         placement, and what the executor's pipeline needs. BadArgumentError otherwise."""
         self.check_placement(num_layers, world_size)
-        check_rank_order(self.rank_map)
+        if not _known(self, ("order",)):
+            check_rank_order(self.rank_map)
+            _learnt(self, ("order",))
         b, S = self.boundaries, self.num_stages
         if self.cached and self.frozen_layers == 0:
             raise BadArgumentError("a cached layout needs a frozen prefix to cache")
