@@ -9440,6 +9440,14 @@ def test_only_the_processes_that_carry_the_runs_marks_are_ended():
             p.wait(10)
 
 
+HEADLESS = (
+    "import ctypes, threading, time\n"
+    "threading.Thread(target=time.sleep, args=(60,)).start()\n"
+    "print('headless', flush=True)\n"
+    "ctypes.CDLL(None).pthread_exit(None)\n"
+)
+
+
 @pytest.mark.timeout(60)
 def test_a_lineage_marks_what_descends_from_the_command_and_nothing_else():
     """`exits.mark_lineage`: what a process starts carries its lineage (an environment and a
@@ -9466,20 +9474,33 @@ def test_a_lineage_marks_what_descends_from_the_command_and_nothing_else():
         )  # fmt: skip
 
     command, rank, foreign = started(ours), started(ours + 1), started(None)
-    everyone = [command, rank, foreign]
+    # and one of the ranks' whose main thread ended (its environment unreadable: the
+    # eighty-fifth round's escaped a run through the API)
+    headless = subprocess.Popen(
+        [sys.executable, "-c", HEADLESS], start_new_session=True, stdout=subprocess.PIPE,
+        preexec_fn=lambda: resource.setrlimit(
+            exits.RLIMIT_LOCKS, (ours + 1, resource.RLIM_INFINITY)
+        ),
+    )  # fmt: skip
+    everyone = [command, rank, foreign, headless]
     try:
         deadline = time.monotonic() + 10  # each exec'd with its limits
         while leftovers._command_line(rank.pid) != b"sleep\x0060\x00":
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert [exits.lineage_of(p.pid) for p in everyone] == [ours, ours + 1, None]
+        assert [exits.lineage_of(p.pid) for p in everyone[:3]] == [ours, ours + 1, None]
         seen = leftovers._descendants([os.getpid()], lineages=(ours, ours + 1))
         assert {command.pid, rank.pid} <= set(seen) and foreign.pid not in seen
         assert foreign.pid in leftovers._descendants([os.getpid()])  # (a child all the same)
         assert leftovers.lineage_in(f"5f0c.{ours + 1}") == ours + 1
         assert leftovers.lineage_in("5f0c") is None and leftovers.lineage_in("5f0c.x") is None
-        assert leftovers.end_marked({"PIPEPLAN_RUN_MARK": f"5f0c.{ours + 1}"}) == [rank.pid]
-        assert rank.wait(10) == -signal.SIGKILL
+        assert headless.stdout.readline() == b"headless\n"
+        while _state(headless.pid) != "Z":  # its main thread ended; another runs
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        ended = leftovers.end_marked({"PIPEPLAN_RUN_MARK": f"5f0c.{ours + 1}"})
+        assert sorted(ended) == sorted([rank.pid, headless.pid])
+        assert rank.wait(10) == -signal.SIGKILL and headless.wait(10) == -signal.SIGKILL
         assert command.poll() is None and foreign.poll() is None
     finally:
         for p in everyone:
