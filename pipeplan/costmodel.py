@@ -11,8 +11,10 @@ stage memory §4.6, transitions §4.11.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -67,6 +69,12 @@ MAX_KEPT_MOVES = 100_000
 # grew with the devices (2^18 devices: 2.7 GB; 2^20: beyond 7.5 GB). Least recently used
 # first out; what is dropped is made again from the cluster when asked (the same values).
 KEPT_RANK_CELLS = 1 << 20
+# Rank maps of at least this many cells are keyed in the caches of moves by the map object
+# (`CostModel.map_key`), not by its value: hashing a map of a million cells at every lookup
+# (a tuple keeps no hash) took a sixth of a preview on 2^20 devices (the eighty-fourth
+# round), whose 56 distinct maps came as 360 objects. A smaller map's value keys it: equal
+# maps made apart share their moves.
+IDENTITY_KEY_CELLS = 4096
 
 
 def rank_cells(rank_map: Sequence[Sequence[int]] | np.ndarray) -> int:
@@ -405,6 +413,8 @@ class CostModel:
         self._links = BoundedCache(KEPT_RANK_CELLS)
         self._moves = BoundedCache(KEPT_RANK_CELLS)
         self._held = BoundedCache(KEPT_RANK_CELLS)
+        self._map_keys: dict[int, tuple[weakref.ref, tuple[str, int]]] = {}
+        self._map_count = itertools.count()
         # Per rank map (by identity: the map is kept with its value, so its id stays its
         # own), what a cached phase's pricing reads of it (`plan.stage0_nodes`): on a million
         # devices, counting it again for every pair of layouts priced took a tenth of a plan.
@@ -765,10 +775,11 @@ class CostModel:
         """
         # What the move depends on: a plan prices the same moves at every phase of its
         # schedule-wide choice (`plan._over_the_schedule`).
-        key = (old.boundaries, old.rank_map, new.boundaries, new.rank_map, new.frozen_layers)
-        # Its key holds two rank maps: bounded by their cells (KEPT_RANK_CELLS), and by their
+        old_key, new_key = self.map_key(old), self.map_key(new)
+        key = (old.boundaries, old_key, new.boundaries, new_key, new.frozen_layers)
+        # A key that holds rank maps is bounded by their cells (KEPT_RANK_CELLS), any by the
         # count (MAX_KEPT_MOVES): least recently used first out.
-        cells = rank_cells(old.rank_map) + rank_cells(new.rank_map)
+        cells = sum(rank_cells(k) for k in (old_key, new_key) if k[:1] != ("map",))
         share = max(cells, KEPT_RANK_CELLS // MAX_KEPT_MOVES)
         return self._moves.get(key, lambda: self._move_s(old, new), lambda _: share)
 
@@ -783,8 +794,31 @@ class CostModel:
             layout.check_placement(self.num_layers, self.cluster.num_devices)
             return held_ranges(layout)
 
-        key = (layout.boundaries, layout.rank_map, layout.frozen_layers)
+        key = (layout.boundaries, self.map_key(layout), layout.frozen_layers)
         return self._held.get(key, made, lambda held: len(held[0]))
+
+    def map_key(self, layout: Layout) -> Hashable:
+        """What keys `layout`'s rank map in the caches of moves: the map, or, from
+        IDENTITY_KEY_CELLS cells, ("map", n) for the map object, n never given to another
+        (kept through a weak reference to the layout: nothing is held alive, and the map's id
+        is its own while the layout lives)."""
+        rank_map = layout.rank_map
+        if rank_cells(rank_map) < IDENTITY_KEY_CELLS:
+            return rank_map
+        ident = id(rank_map)
+        held = self._map_keys.get(ident)
+        owner = held[0]() if held is not None else None
+        if held is not None and owner is not None and owner.rank_map is rank_map:
+            return held[1]
+        keys = self._map_keys
+
+        def gone(ref: weakref.ref, ident: int = ident) -> None:
+            if keys.get(ident, (None,))[0] is ref:
+                del keys[ident]
+
+        token = ("map", next(self._map_count))
+        keys[ident] = (weakref.ref(layout, gone), token)
+        return token
 
     def _moved_prefix(self, frozen_layers: int) -> np.ndarray:
         """What a rank that newly holds layers 0..i−1 receives, in bytes, for i = 0..L (the

@@ -476,3 +476,40 @@ def test_a_stage_fed_by_a_forward_only_stage_holds_its_receive_buffers():
         plain = model.stage_memory_bytes(costs, first, stop, 4)
         expected = plain + copies * 4 * float(costs.boundary_bytes[first - 1])
         assert reports[s].memory_bytes == pytest.approx(expected, abs=2)
+
+
+def test_a_large_rank_maps_moves_are_keyed_by_the_map_object_and_priced_the_same(monkeypatch):
+    """`CostModel.map_key`: from IDENTITY_KEY_CELLS cells a rank map is keyed in the caches of
+    moves by its object (hashing a million cells at each lookup took a sixth of a preview on
+    2^20 devices, the eighty-fourth round): the same object keeps its key, an equal map made
+    apart gets another (never one given before, even once the first layout is gone), a small
+    map is its own key; and a move is priced the same whichever key it had."""
+    import gc
+
+    import pipeplan.costmodel as costmodel
+
+    monkeypatch.setattr(costmodel, "IDENTITY_KEY_CELLS", 4)
+    model = CostModel(small_profile(), cluster(), CostParams(group_rebuild_s=1.0))
+
+    def layout(stages: int, replicas: int) -> Layout:
+        return Layout(
+            frozen_layers=0, cached=False, micro_batches=2, micro_batch_size=4,
+            schedule="1f1b", boundaries=(0, 3, 6) if stages == 2 else (0, 6),
+            rank_map=tuple(map(tuple, rank_map(stages, replicas, 2, 2))),
+        )  # fmt: skip
+
+    a, b, small = layout(2, 2), layout(1, 4), layout(1, 2)
+    assert model.map_key(small) == small.rank_map  # (2 cells)
+    key = model.map_key(a)
+    assert key[0] == "map" and model.map_key(a) == key
+    again = layout(2, 2)
+    assert again.rank_map == a.rank_map and again.rank_map is not a.rank_map
+    assert model.map_key(again) not in (key, model.map_key(b))
+    priced = model.move_s(a, b)
+    keys = {model.map_key(a), model.map_key(b), model.map_key(again)}
+    del a
+    gc.collect()
+    assert model.map_key(layout(2, 2)) not in keys  # (a's key is not given again)
+    monkeypatch.setattr(costmodel, "IDENTITY_KEY_CELLS", 1 << 30)
+    fresh = CostModel(small_profile(), cluster(), CostParams(group_rebuild_s=1.0))
+    assert fresh.move_s(again, b) == priced
