@@ -997,6 +997,33 @@ def test_candidates_that_fill_the_evaluations_room_exactly_are_a_cut_said(monkey
     assert 1 - full.predicted_total_s / cut.predicted_total_s <= by + 0.001  # (rounded)
 
 
+def test_a_long_models_unwidened_candidates_are_a_cut_said(monkeypatch, caplog):
+    """Found by the eighty-sixth round: past DENSE_MAX_LAYERS the schedule-wide choice never
+    widens its candidates (their searches' cost), and said nothing: a 202-layer model on 1 × 3
+    devices planned 0.24 % slower than widened. It is a cut like the others, said with its
+    bound, which holds."""
+    import logging
+
+    import pipeplan.plan as plan_module
+    from pipeplan.synthetic import synthetic_profile, transformer_layers
+
+    layers = transformer_layers(num_blocks=200, hidden=256, seq_len=64, vocab=30522)
+    profile = synthetic_profile(layers, name="s200", hidden=256, device_memory_bytes=8 << 30)
+    cluster = cluster_from_flags(nodes=1, devices_per_node=3, device_memory="8GiB", profile=profile)
+    freeze = list_schedule([0, 30, 30, 30, 60, 60, 60, 90, 90, 90], 10, 200)
+    args = dict(global_batch=60, samples=6000, epochs=10, freeze=freeze)
+    with caplog.at_level(logging.INFO, logger="pipeplan"):
+        cut = make_plan(profile, cluster, **args)
+    said = [r.getMessage() for r in caplog.records if "over the schedule" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert "widened no candidates: a model of over 160 layers" in said[0], said[0]
+    by = float(re.search(r"may be faster, by at most ([0-9.]+) %$", said[0]).group(1)) / 100
+    monkeypatch.setattr(plan_module, "DENSE_MAX_LAYERS", 10**6)
+    widened = make_plan(profile, cluster, **args)
+    assert widened.predicted_total_s < cut.predicted_total_s  # (what was lost, said)
+    assert 1 - widened.predicted_total_s / cut.predicted_total_s <= by + 0.001  # (rounded)
+
+
 def test_a_cut_that_cost_nothing_goes_unsaid_and_a_tiny_bound_is_not_zero(caplog):
     """Found by the eighty-third round: under --stages pins on 4,096 × 8 devices a cut line
     said a faster plan may exist, "by at most 0.0 %". A cut plan at its proven floor is the
