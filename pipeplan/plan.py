@@ -73,6 +73,7 @@ from pipeplan.solver import (
     PlanWork,
     baseline_boundaries,
     layouts_within,
+    percent_at_most,
     solve_phase,
 )
 
@@ -882,7 +883,7 @@ class _ScheduleWork:
         by = ""
         if gaps and max(gaps) < 1.0:  # (a floor of 0 bounds nothing)
             # (a gap that rounds to 0.0 % is said so: the eighty-third round read "0.0 %")
-            most = f"{max(gaps) * 100:.1f} %" if max(gaps) >= 0.0005 else "0.05 %"
+            most = percent_at_most(max(gaps))
             by = (
                 f" (one with the pins given by at most {most})"
                 if pinned

@@ -226,12 +226,9 @@ class PlanWork:
         best_s, lower_s = max(stopped, key=lambda s: s[0] / s[1] if s[1] > 0 else math.inf)
         # Worded as the schedule's line words its bound (the eighty-third round: "134%" here,
         # "65.9 %" there); no bound proven is said, not "inf%".
-        gap = 100 * (best_s / lower_s - 1) if lower_s > 0 else math.inf
         bound = (
-            # (never "0.0 %" nor "-0.0 %": the eighty-fourth round)
             "with no bound proven on how far above its optimum" if lower_s <= 0
-            else f"at most {gap:.1f} % above its optimum" if gap >= 0.05
-            else "at most 0.05 % above its optimum"
+            else f"at most {percent_at_most(best_s / lower_s - 1)} above its optimum"
         )  # fmt: skip
         log.info(
             "layout search stopped at its work limit in %d of %d phase searches: each best "
@@ -241,6 +238,15 @@ class PlanWork:
             bound,
             best_s,
         )
+
+
+def percent_at_most(fraction: float) -> str:
+    """A bound said as a percentage, rounded up (a bound rounded to nearest read "0.1 %" for
+    0.149 %: the eighty-sixth round), never "0.0 %" nor "-0.0 %" (the eighty-fourth):
+    `percent_at_most(0.00149)` → "0.2 %"; under 0.05 %, "0.05 %"."""
+    if fraction < 0.0005:
+        return "0.05 %"
+    return f"{math.ceil(fraction * 1000 - 1e-6) / 10:.1f} %"
 
 
 class NothingFasterError(PipeplanError):

@@ -1050,6 +1050,8 @@ def test_a_cut_that_cost_nothing_goes_unsaid_and_a_tiny_bound_is_not_zero(caplog
     assert said(10.0, 5.0, (10.0, math.inf)).rstrip().endswith("by at most 50.0 %")
     assert said(10.0, 10.000001) == "" and said(10.0, math.inf) == ""
     assert said(10.0, 0.0).rstrip().endswith("may be faster")  # (no bound proven)
+    # A bound is rounded up, never down (the eighty-sixth round: 0.149 % read "0.1 %").
+    assert said(10.0, 9.9851).rstrip().endswith("by at most 0.2 %")
 
 
 def test_the_phase_searches_gap_is_worded_as_the_schedules(caplog):
@@ -1069,6 +1071,7 @@ def test_the_phase_searches_gap_is_worded_as_the_schedules(caplog):
         return caplog.text
 
     assert "each best layout at most 134.0 % above its optimum" in said(2.34, 1.0)
+    assert "at most 0.2 % above its optimum" in said(1.00149, 1.0)  # (rounded up)
     assert "at most 0.05 % above" in said(1.0, 1.0) and "at most 0.05 % above" in said(1, 1.1)
     assert "with no bound proven on how far above its optimum" in said(1.0, 0.0)
 
