@@ -79,8 +79,22 @@ def lineage() -> int:
 
 
 def rank_lineage() -> int:
-    """The lineage the ranks of a run this process launches mark themselves with."""
-    return lineage() + 1
+    """The lineage the ranks of a run this process launches mark themselves with: its own
+    plus one where it marked itself (the `pipeplan` command: what its watch knows), else one
+    drawn for the run (an API caller: a process it forked drew the same, and one run's end
+    killed the other's ranks, the eighty-sixth round)."""
+    if _LINEAGE["marked"] is not None:
+        return _LINEAGE["marked"] + 1
+    return LINEAGE_BASE + 2 * (int.from_bytes(os.urandom(8), "big") % 10**15) + 1
+
+
+def _forked() -> None:
+    """In a forked child: its lineage is drawn again when asked (its mark stays inherited)."""
+    _LINEAGE["own"] = None
+    _LINEAGE["marked"] = None
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def mark_lineage(value: int) -> None:

@@ -9440,6 +9440,29 @@ def test_only_the_processes_that_carry_the_runs_marks_are_ended():
             p.wait(10)
 
 
+def test_each_api_run_draws_its_ranks_lineage_and_a_fork_its_own():
+    """Found by the eighty-sixth round: the API's lineage was drawn once a process, so a
+    process forked after a first `pipeplan.run` ran its runs' ranks with the same lineage as
+    the parent's, and whichever run ended first killed the other's ranks. A process that did
+    not mark itself (not the command) draws its ranks' lineage per run, odd and in the band;
+    a forked child draws its own lineage again."""
+    from pipeplan import exits
+
+    assert exits.lineage_marked() is None  # (the test process: not the command)
+    drawn = {exits.rank_lineage() for _ in range(20)}
+    assert len(drawn) == 20 and all(v % 2 == 1 and v > exits.LINEAGE_BASE for v in drawn)
+    parent = exits.lineage()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # (only the standard library's and pipeplan's code here, then out)
+        os.write(write, str(exits.lineage()).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        assert int(pipe.read()) != parent
+    assert os.waitpid(child, 0)[1] == 0 and exits.lineage() == parent
+
+
 HEADLESS = (
     "import ctypes, threading, time\n"
     "threading.Thread(target=time.sleep, args=(60,)).start()\n"
