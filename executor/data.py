@@ -81,6 +81,7 @@ from pipeplan.exits import (
     exits_raised,
     forks_ended,
     is_command_process,
+    lineage_kept,
 )
 from pipeplan.fileio import identity, stops_deferred
 from pipeplan.formats.base import MAX_SAMPLES, file_state
@@ -860,6 +861,7 @@ def _contained(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
             # torch's settings last of all: setting the default dtype rebinds torch.Storage,
             # which is the setting's change, not a function's.
             limits_kept(spec, doing),
+            lineage_kept(),
             functions_kept(spec, doing, wide),
             # Put back after torch's settings: the default device is a mode on torch's stack.
             torch_modes_kept(spec, doing),

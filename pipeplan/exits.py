@@ -117,6 +117,24 @@ def mark_lineage(value: int) -> None:
     _LINEAGE["marked"] = value
 
 
+@contextlib.contextmanager
+def lineage_kept() -> Iterator[None]:
+    """Around the user's code in a marked process: its lineage set again after it, should the
+    code have changed RLIMIT_LOCKS (what the process starts from then on would have left the
+    lineage: the eighty-sixth round); nothing where it cannot be."""
+    try:
+        yield
+    finally:
+        marked = _LINEAGE["marked"]
+        if marked is not None:
+            with contextlib.suppress(ImportError, OSError, ValueError):
+                import resource
+
+                soft, hard = resource.getrlimit(RLIMIT_LOCKS)  # (a call: no /proc read)
+                if soft != marked:
+                    resource.setrlimit(RLIMIT_LOCKS, (marked, hard))
+
+
 def lineage_marked() -> int | None:
     """The value `mark_lineage` set in this process, None where none was."""
     return _LINEAGE["marked"]
