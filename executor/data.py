@@ -861,7 +861,6 @@ def _contained(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
             # torch's settings last of all: setting the default dtype rebinds torch.Storage,
             # which is the setting's change, not a function's.
             limits_kept(spec, doing),
-            lineage_kept(),
             functions_kept(spec, doing, wide),
             # Put back after torch's settings: the default device is a mode on torch's stack.
             torch_modes_kept(spec, doing),
@@ -4843,7 +4842,8 @@ def limits_kept(spec: str, doing: str) -> Iterator[None]:
     before = [(name, kind, resource.getrlimit(kind)) for name, kind in _LIMIT_KINDS]
     lowered = []
     try:
-        yield
+        with lineage_kept():  # (the process's lineage: `exits.mark_lineage`)
+            yield
     finally:
         for name, kind, old in before:
             new = resource.getrlimit(kind)
