@@ -3972,13 +3972,20 @@ _TIMERS = (
 _TIMER_SLACK = 0.05
 
 
-def _timers() -> list[tuple[tuple[float, float], float]]:
+def _timers() -> list[tuple[tuple[float, float], tuple[float, float]]]:
     """Each of `_TIMERS`: (its time left and its interval, `signal.getitimer`; (0, 0) where
-    it is not armed) and its clock's reading now."""
-    return [(signal.getitimer(kind), clock()) for _, kind, _, clock in _TIMERS]
+    it is not armed) and its clock's readings just before and after: a process descheduled
+    between a reading and the timer's (a loaded machine) saw a timer it had not touched as
+    re-armed (a rehearsal of the eighty-sixth round's session)."""
+    held = []
+    for _, kind, _, clock in _TIMERS:
+        before = clock()
+        timer = signal.getitimer(kind)
+        held.append((timer, (before, clock())))
+    return held
 
 
-def _timers_put_back(held: list[tuple[tuple[float, float], float]]) -> list[str]:
+def _timers_put_back(held: list[tuple[tuple[float, float], tuple[float, float]]]) -> list[str]:
     """What the code did to the timers `_timers` held, each put back: one it armed disarmed,
     one armed before (pytest-timeout's, an API user's) set to the time it would have left.
     Found by the forty-fourth round: a `load` calling `signal.setitimer(signal.ITIMER_REAL, 3)`
@@ -3986,18 +3993,22 @@ def _timers_put_back(held: list[tuple[tuple[float, float], float]]) -> list[str]
     blaming a stop from outside for the data code's timer."""
     said = []
     for (name, kind, sends, clock), ((value, interval), then) in zip(_TIMERS, held, strict=True):
+        start = clock()
         now_value, now_interval = signal.getitimer(kind)
+        end = clock()
         if not value:  # not armed: any timer now is the code's
             if now_value:
                 signal.setitimer(kind, 0)
                 said.append(f"armed the timer {name} ({sends} in {now_value:.3g} s)")
             continue
-        left = value - (clock() - then)
+        # What it may have left untouched, between the readings' bounds.
+        least, most = value - (end - then[0]), value - (start - then[1])
+        left = value - (clock() - then[1])
         if now_interval == interval and (
             # A timer that repeats is somewhere in its interval: only its end is seen.
             (interval and now_value)
-            or abs(now_value - max(left, 0.0)) <= _TIMER_SLACK
-            or (left <= _TIMER_SLACK and not now_value)  # it ran out (its signal was sent)
+            or max(least, 0.0) - _TIMER_SLACK <= now_value <= max(most, 0.0) + _TIMER_SLACK
+            or (least <= _TIMER_SLACK and not now_value)  # it ran out (its signal was sent)
         ):
             continue
         signal.setitimer(kind, max(left, 0.001) if left > 0 or not interval else interval, interval)
