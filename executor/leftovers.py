@@ -57,6 +57,20 @@ def _dead(pid: int) -> bool:
         return True  # gone
 
 
+def _marked_otherwise(pid: int, marks: Mapping[str, str]) -> bool:
+    """Whether process `pid`'s environment names one of `marks`' keys with another value."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            held = environ.read().split(b"\0")
+    except OSError:
+        return False
+    for key, value in marks.items():
+        prefix = f"{key}=".encode()
+        if any(item.startswith(prefix) and item != prefix + value.encode() for item in held):
+            return True
+    return False
+
+
 def _lineage(pid: int) -> int | None:
     from pipeplan.exits import lineage_of  # (10 ms to import, once, in a watch)
 
@@ -91,8 +105,14 @@ def end_marked(marks: Mapping[str, str]) -> list[int]:
     def ours(pid: int) -> bool:
         if _marked(pid, wanted):
             return True
-        # (a dead process's limits are still there to read: its parent's to reap, not ended)
-        return bool(lineages) and _lineage(pid) in lineages and not _dead(pid)
+        # (a dead process's limits are still there to read: its parent's to reap, not ended;
+        # one that carries another run's mark is that run's, whatever its lineage)
+        return (
+            bool(lineages)
+            and _lineage(pid) in lineages
+            and not _dead(pid)
+            and not _marked_otherwise(pid, marks)
+        )
 
     killed: list[int] = []
     for _ in range(SWEEPS):

@@ -66,6 +66,9 @@ def note_start() -> None:
 # pipeplan` (the eighty-fourth round: it was killed, and a concurrent `pipeplan run` too).
 RLIMIT_LOCKS = 10  # Linux's number on every architecture pipeplan runs on; checked on use
 LINEAGE_BASE = 7_000_000_000_000_000_000
+# The fewest values a lineage is drawn from under a low hard limit: two runs alike in it end
+# what each other's ranks left with an environment of their own (not a rank: `end_marked`).
+LINEAGE_RANGE_LEAST = 1024
 _LINEAGE: dict[str, int | None] = {"own": None, "marked": None}
 
 
@@ -99,14 +102,21 @@ os.register_at_fork(after_in_child=_forked)
 
 def mark_lineage(value: int) -> None:
     """Mark this process, and so whatever it starts from now on, with `value` (`lineage_of`
-    reads it back); nothing where the platform has no such limit or its hard one is lower
-    (then `lineage_marked()` is None, and the command ends what started after it began)."""
+    reads it back). Under a hard limit below it (`ulimit -x N`: a container's, a site's), an
+    even value drawn in [N/2, N − 2] instead, its ranks' the one above (the eighty-sixth
+    round: the fallback killed a shell helper's daemon again); nothing where the platform has
+    no such limit or that range is under LINEAGE_RANGE_LEAST (then `lineage_marked()` is
+    None, and the command ends what started after it began)."""
     try:
         import resource
 
         hard = resource.getrlimit(RLIMIT_LOCKS)[1]
         if hard != resource.RLIM_INFINITY and hard < value:
-            return
+            low, high = hard // 2, hard - 2
+            if high - low < LINEAGE_RANGE_LEAST:  # (two runs would draw alike too often)
+                return
+            value = low + int.from_bytes(os.urandom(8), "big") % (high - low + 1)
+            value -= value % 2
         old = resource.getrlimit(RLIMIT_LOCKS)
         resource.setrlimit(RLIMIT_LOCKS, (value, hard))
         if lineage_of(os.getpid()) != value:  # another limit by that number: put it back

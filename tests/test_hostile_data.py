@@ -9463,6 +9463,34 @@ def test_each_api_run_draws_its_ranks_lineage_and_a_fork_its_own():
     assert os.waitpid(child, 0)[1] == 0 and exits.lineage() == parent
 
 
+LOW_HARD_LIMIT = """\
+import resource
+from pipeplan import exits
+resource.setrlimit(exits.RLIMIT_LOCKS, ({hard}, {hard}))
+exits.mark_lineage(exits.lineage())
+print(exits.lineage_marked())
+"""
+
+
+@pytest.mark.timeout(60)
+def test_under_a_low_hard_limit_the_lineage_is_drawn_below_it():
+    """Found by the eighty-sixth round: under `ulimit -x 100000` the lineage could not be set,
+    and the fallback killed a daemon a shell's earlier helper started. An even value is drawn
+    in [N/2, N − 2] (its ranks' the one above, still under N); under a range too small to
+    tell two runs apart, none (the fallback)."""
+    for hard, drawn in ((100_000, True), (2_000, False)):
+        done = subprocess.run(
+            [sys.executable, "-c", LOW_HARD_LIMIT.format(hard=hard)], capture_output=True,
+            text=True, timeout=50, cwd=Path(cli.__file__).resolve().parent,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        if not drawn:
+            assert done.stdout.strip() == "None"
+            continue
+        value = int(done.stdout)
+        assert value % 2 == 0 and hard // 2 - 1 <= value and value + 1 <= hard - 1
+
+
 LINEAGE_KEPT = """\
 import resource
 from executor.data import limits_kept
@@ -9520,6 +9548,13 @@ def test_a_lineage_marks_what_descends_from_the_command_and_nothing_else():
         )  # fmt: skip
 
     command, rank, foreign = started(ours), started(ours + 1), started(None)
+    # another run's rank that drew the same lineage: its mark says whose it is
+    other = subprocess.Popen(
+        ["sleep", "60"], env={"PIPEPLAN_RUN_MARK": f"9e1d.{ours + 1}"}, start_new_session=True,
+        preexec_fn=lambda: resource.setrlimit(
+            exits.RLIMIT_LOCKS, (ours + 1, resource.RLIM_INFINITY)
+        ),
+    )  # fmt: skip
     # and one of the ranks' whose main thread ended (its environment unreadable: the
     # eighty-fifth round's escaped a run through the API)
     headless = subprocess.Popen(
@@ -9528,7 +9563,7 @@ def test_a_lineage_marks_what_descends_from_the_command_and_nothing_else():
             exits.RLIMIT_LOCKS, (ours + 1, resource.RLIM_INFINITY)
         ),
     )  # fmt: skip
-    everyone = [command, rank, foreign, headless]
+    everyone = [command, rank, foreign, headless, other]
     try:
         deadline = time.monotonic() + 10  # each exec'd with its limits
         while leftovers._command_line(rank.pid) != b"sleep\x0060\x00":
@@ -9547,7 +9582,7 @@ def test_a_lineage_marks_what_descends_from_the_command_and_nothing_else():
         ended = leftovers.end_marked({"PIPEPLAN_RUN_MARK": f"5f0c.{ours + 1}"})
         assert sorted(ended) == sorted([rank.pid, headless.pid])
         assert rank.wait(10) == -signal.SIGKILL and headless.wait(10) == -signal.SIGKILL
-        assert command.poll() is None and foreign.poll() is None
+        assert command.poll() is None and foreign.poll() is None and other.poll() is None
     finally:
         for p in everyone:
             p.kill()
