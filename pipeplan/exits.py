@@ -72,10 +72,15 @@ LINEAGE_RANGE_LEAST = 1024
 _LINEAGE: dict[str, int | None] = {"own": None, "marked": None}
 
 
+def _drawn() -> int:
+    """An even lineage value (os.urandom: `secrets` costs the command's start 5 ms)."""
+    return LINEAGE_BASE + 2 * (int.from_bytes(os.urandom(8), "big") % 10**15)
+
+
 def lineage() -> int:
     """This process's lineage value (even; drawn once)."""
-    if _LINEAGE["own"] is None:  # (os.urandom: `secrets` costs the command's start 5 ms)
-        _LINEAGE["own"] = LINEAGE_BASE + 2 * (int.from_bytes(os.urandom(8), "big") % 10**15)
+    if _LINEAGE["own"] is None:
+        _LINEAGE["own"] = _drawn()
     own = _LINEAGE["own"]
     assert own is not None
     return own
@@ -88,7 +93,7 @@ def rank_lineage() -> int:
     killed the other's ranks, the eighty-sixth round)."""
     if _LINEAGE["marked"] is not None:
         return _LINEAGE["marked"] + 1
-    return LINEAGE_BASE + 2 * (int.from_bytes(os.urandom(8), "big") % 10**15) + 1
+    return _drawn() + 1
 
 
 def _forked() -> None:
@@ -110,14 +115,14 @@ def mark_lineage(value: int) -> None:
     try:
         import resource
 
-        hard = resource.getrlimit(RLIMIT_LOCKS)[1]
+        old = resource.getrlimit(RLIMIT_LOCKS)
+        hard = old[1]
         if hard != resource.RLIM_INFINITY and hard < value:
             low, high = hard // 2, hard - 2
             if high - low < LINEAGE_RANGE_LEAST:  # (two runs would draw alike too often)
                 return
             value = low + int.from_bytes(os.urandom(8), "big") % (high - low + 1)
             value -= value % 2
-        old = resource.getrlimit(RLIMIT_LOCKS)
         resource.setrlimit(RLIMIT_LOCKS, (value, hard))
         if lineage_of(os.getpid()) != value:  # another limit by that number: put it back
             resource.setrlimit(RLIMIT_LOCKS, old)
