@@ -1949,7 +1949,8 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     logs.mkdir(exist_ok=True)
     # What every process of the run carries: in its environment, and the ranks' lineage
     # (`exits.rank_lineage`), which an environment of its own does not take away.
-    marks = {RUN_MARK: f"{uuid.uuid4().hex}.{rank_lineage()}"}
+    lineage = rank_lineage()  # (none under a hard limit too low to draw one)
+    marks = {RUN_MARK: uuid.uuid4().hex + ("" if lineage is None else f".{lineage}")}
     args = [*RANK_SHELL[1:], marks[RUN_MARK], sys.executable, "-u", *SAFE_PATH]
     args += ["-m", "executor.launch"]
     args.append(str(run_dir))

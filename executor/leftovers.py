@@ -28,6 +28,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeplan.exits import Kin
 
 # Rounds of the sweep: a process killed as it forked may leave a child the round before did
 # not see; one round more finds it. A fork bomb is not outrun, only bounded.
@@ -71,10 +75,10 @@ def _marked_otherwise(pid: int, marks: Mapping[str, str]) -> bool:
     return False
 
 
-def _lineage(pid: int) -> int | None:
-    from pipeplan.exits import lineage_of  # (10 ms to import, once, in a watch)
+def _limits(pid: int) -> tuple[int, int] | None:
+    from pipeplan.exits import limits_of  # (10 ms to import, once, in a watch)
 
-    return lineage_of(pid)
+    return limits_of(pid)
 
 
 def _encoded(marks: Mapping[str, str]) -> list[bytes]:
@@ -90,10 +94,10 @@ def lineage_in(mark: str) -> int | None:
 
 def end_marked(marks: Mapping[str, str]) -> list[int]:
     """SIGKILL every process but this one whose environment holds `marks`, or that carries a
-    lineage they name (`lineage_in`: what a rank's code started with an environment of its
-    own, the eighty-fourth round), and return their pids. Each is signalled through a pidfd
-    opened before it is read again: a pid another process took since the look is not
-    signalled. Linux (/proc); elsewhere none.
+    lineage they name, soft or hard (`lineage_in`: what a rank's code started with an
+    environment of its own, the eighty-fourth round), and return their pids. Each is
+    signalled through a pidfd opened before it is read again: a pid another process took
+    since the look is not signalled. Linux (/proc); elsewhere none.
 
         end_marked({"PIPEPLAN_RUN_MARK": "5f0c….7000000000000000001"})
     """
@@ -109,7 +113,7 @@ def end_marked(marks: Mapping[str, str]) -> list[int]:
         # one that carries another run's mark is that run's, whatever its lineage)
         return (
             bool(lineages)
-            and _lineage(pid) in lineages
+            and bool(lineages.intersection(_limits(pid) or ()))
             and not _dead(pid)
             and not _marked_otherwise(pid, marks)
         )
@@ -163,12 +167,12 @@ class Watch:
         descendants: bool = False,
         spared: tuple[int | None, Mapping[int, int]] = (None, {}),
         detached: bool = False,
-        lineage: int | None = None,
+        kin: Kin | None = None,
     ) -> None:
         """`spared`: (a start in clock ticks since boot, children: pid → start): the
         descendants that started before it, and those children's, are not ended; nor, given
-        a `lineage` (`pipeplan.exits.mark_lineage`), a child of this process (an orphan it
-        adopted) that carries neither it nor its ranks' (`lineage + 1`), and its own.
+        a `kin` (`pipeplan.exits.mark_lineage`), a child of this process (an orphan it
+        adopted) that does not descend from it by its limits, and its own.
         `detached`: the watch is not this process's child (its parent ends as it starts), so
         that data code reaping every child of its process (`os.wait()` until none is left)
         does not wait for it (the eighty-fourth round: `pipeplan run` hung)."""
@@ -176,7 +180,7 @@ class Watch:
         self.descendants = descendants
         self.spared = spared
         self.detached = detached
-        self.lineage = lineage
+        self.kin = kin
         self.process: subprocess.Popen | None = None
         self.handle: int | None = None  # the detached watch's pidfd
 
@@ -188,8 +192,8 @@ class Watch:
         if self.descendants:
             since, children = self.spared
             spared = ",".join(f"{pid}:{start}" for pid, start in children.items())
-            lineage = self.lineage if self.lineage is not None else -1
-            argv += [DESCENDANTS, str(since if since is not None else -1), spared, str(lineage)]
+            kin = self.kin.argument() if self.kin is not None else "-1"
+            argv += [DESCENDANTS, str(since if since is not None else -1), spared, kin]
         argv += [f"{key}={value}" for key, value in self.marks.items()]
         if self.detached:
             argv.insert(6, DETACHED)  # after the launcher's pid
@@ -257,8 +261,8 @@ def watch_command() -> None:
     from pipeplan import exits
 
     if not _COMMAND_WATCH and os.path.isdir("/proc"):
-        spared, lineage = exits.started_before(), exits.lineage_marked()
-        watch = Watch({}, descendants=True, spared=spared, detached=True, lineage=lineage)
+        spared, kin = exits.started_before(), exits.kin()
+        watch = Watch({}, descendants=True, spared=spared, detached=True, kin=kin)
         _COMMAND_WATCH.append(watch.__enter__())
     exits.data_code_runs()
 
@@ -271,9 +275,9 @@ def end_command_watch() -> None:
 
 
 # The watch process: `python -I -c WATCH_CODE ROOT LAUNCHER_PID [--descendants SINCE
-# PID:START,... LINEAGE] KEY=VALUE...` (isolated: no user site, no PYTHONPATH; ROOT is the
-# folder that holds `executor`; SINCE and the PID:START list: `Watch`'s `spared`; LINEAGE its
-# `lineage`, -1 for none).
+# PID:START,... KIN] KEY=VALUE...` (isolated: no user site, no PYTHONPATH; ROOT is the
+# folder that holds `executor`; SINCE and the PID:START list: `Watch`'s `spared`; KIN its
+# `kin`, `Kin.argument()`, -1 for none).
 WATCH_CODE = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
     "from executor.leftovers import watch; watch(sys.argv[2:])"
@@ -309,13 +313,15 @@ def watch(argv: list[str]) -> None:
         os.close(devnull)
     launcher = int(argv[0])
     descendants = argv[1:2] == [DESCENDANTS]
-    since, spared, lineages = -1, {}, None
+    since, spared, kin = -1, {}, None
     if descendants:
         since = int(argv[2])
         pairs = [pair.split(":") for pair in argv[3].split(",") if pair]
         spared = {int(pid): int(start) for pid, start in pairs}
-        lineage = int(argv[4])
-        lineages = (lineage, lineage + 1) if lineage >= 0 else None
+        if argv[4] != "-1":
+            from pipeplan.exits import Kin
+
+            kin = Kin.parse(argv[4])
     marks = dict(mark.split("=", 1) for mark in argv[5 if descendants else 1 :])
     # The last two looks: while the launcher lives its descendants stay its (a subreaper's
     # orphans are its own), so older looks hold only the dead; one look taken as it ended may
@@ -324,7 +330,7 @@ def watch(argv: list[str]) -> None:
 
     def look() -> None:
         if descendants:
-            looks[:] = [looks[1], _descendants([launcher], since, spared, lineages)]
+            looks[:] = [looks[1], _descendants([launcher], since, spared, kin)]
 
     try:
         handle = os.pidfd_open(launcher)
@@ -437,12 +443,12 @@ def _descendants(
     roots: list[int],
     since: int = -1,
     spared: Mapping[int, int] | None = None,
-    lineages: tuple[int, ...] | None = None,
+    kin: Kin | None = None,
 ) -> dict[int, int]:
     """The processes descended from `roots` (not the roots), pid → start ticks: through each
     thread's /proc/PID/task/TID/children; none that started before `since`, none of
-    `spared` (pid → start), no child of a root that carries none of `lineages` (where given),
-    and none below those."""
+    `spared` (pid → start), no child of a root that does not descend from it by its limits
+    (`kin`, where given: `pipeplan.exits.Kin`), and none below those."""
     spared = spared or {}
     found: dict[int, int] = {}
     frontier = list(roots)
@@ -462,7 +468,7 @@ def _descendants(
                 start = _started(kid) if kid not in found else None
                 if start is None or start < since or spared.get(kid) == start:
                     continue
-                if lineages is not None and pid in roots and _lineage(kid) not in lineages:
+                if kin is not None and pid in roots and not kin.descends(kid):
                     continue  # an orphan of what the root had before (a shell's helper's)
                 found[kid] = start
                 frontier.append(kid)

@@ -58,85 +58,191 @@ def note_start() -> None:
 
 
 # Which processes descend from the `pipeplan` command, whatever they did since (cleared their
-# environment, a session of their own, a daemon's double fork): the soft limit of RLIMIT_LOCKS,
-# which every child inherits through fork and exec and which Linux has ignored since 2.4.25,
-# set to a value of the command's own (an even `lineage()`; its ranks' is the odd one above,
-# `rank_lineage`); and /proc/PID/limits, which any user may read. An orphan the command adopts
-# without it is not the command's: a daemon of a helper the shell started before `exec
-# pipeplan` (the eighty-fourth round: it was killed, and a concurrent `pipeplan run` too).
+# environment, a session of their own, a daemon's double fork): RLIMIT_LOCKS, a limit Linux
+# has ignored since 2.4.25, which every child inherits through fork and exec and any user may
+# read in /proc/PID/limits. The command sets both its soft and its hard limit to its lineage
+# (`mark_lineage`), and a hard limit is never raised again but by root: what descends from
+# the command has a hard limit no higher than its lineage, lowered or not (the eighty-sixth
+# round: a child that set its own, and a nested `pipeplan` command, which re-marked itself,
+# outlived the command), and what the shell started before `exec pipeplan` (a helper's
+# daemon the command adopts: the eighty-fourth round killed it) the hard limit the command
+# had before. A value is one of a family of 2**FAMILY_BITS (`Kin`): the command takes its
+# family's top even value, its ranks the one below, and a pipeplan command started inside
+# one an even value drawn below its hard limit, in the same family; another command's family
+# is another's.
 RLIMIT_LOCKS = 10  # Linux's number on every architecture pipeplan runs on; checked on use
+UNLIMITED = 2**64 - 1  # RLIM_INFINITY on Linux, "unlimited" in /proc/PID/limits
 LINEAGE_BASE = 7_000_000_000_000_000_000
-# The fewest values a lineage is drawn from under a low hard limit: two runs alike in it end
-# what each other's ranks left with an environment of their own (not a rank: `end_marked`).
-LINEAGE_RANGE_LEAST = 1024
-_LINEAGE: dict[str, int | None] = {"own": None, "marked": None}
+LINEAGE_TOP = 9_000_000_000_000_000_000  # (a lineage value: in [BASE, TOP))
+FAMILY_BITS = 20
+# Under a low hard limit (`ulimit -x N`: a container's, a site's) the families are drawn in
+# [N/2, N), at least this many of them (two commands alike in one end each other's ranks'
+# leftovers: `leftovers.end_marked`), or none: then only the hard limit lowered by one tells.
+FAMILIES_LEAST = 256
+_LINEAGE: dict[str, Any] = {"own": None, "marked": None, "kin": None}
 
 
-def _drawn() -> int:
-    """An even lineage value (os.urandom: `secrets` costs the command's start 5 ms)."""
-    return LINEAGE_BASE + 2 * (int.from_bytes(os.urandom(8), "big") % 10**15)
+class Kin:
+    """What tells the command's descendants among its children (`descends`): its lineage's
+    family [low, high] (None where it has none) and the hard limit it had before it marked
+    itself, which none of its descendants has.
+
+        Kin((low, high), before=UNLIMITED).descends(pid)
+    """
+
+    def __init__(self, family: tuple[int, int] | None, before: int) -> None:
+        self.family, self.before = family, before
+
+    def __repr__(self) -> str:
+        return f"Kin({self.family}, before={self.before})"
+
+    def argument(self) -> str:
+        """`low:high:before` (-1 for no family), read back by `Kin.parse`."""
+        low, high = self.family or (-1, -1)
+        return f"{low}:{high}:{self.before}"
+
+    @staticmethod
+    def parse(text: str) -> Kin | None:
+        parts = text.split(":")
+        if len(parts) != 3 or not all(p.lstrip("-").isdigit() for p in parts):
+            return None
+        low, high, before = map(int, parts)
+        return Kin((low, high) if low >= 0 else None, before)
+
+    def kin(self, limits: tuple[int, int] | None) -> bool:
+        """Whether a process of these (soft, hard) limits descends from the command."""
+        if limits is None:
+            return False
+        hard = limits[1]
+        if self.family and any(self.family[0] <= v <= self.family[1] for v in limits):
+            return True
+        # (another command's lineage is that command's, nested in this one or not)
+        return hard < self.before and not LINEAGE_BASE <= hard < LINEAGE_TOP
+
+    def descends(self, pid: int) -> bool:
+        return self.kin(limits_of(pid))
 
 
-def lineage() -> int:
-    """This process's lineage value (even; drawn once)."""
+def _family(value: int, hard: int) -> tuple[int, int]:
+    """The family of a lineage `value` drawn under `hard`."""
+    if LINEAGE_BASE <= value < LINEAGE_TOP:
+        low = value >> FAMILY_BITS << FAMILY_BITS
+        return low, low + (1 << FAMILY_BITS) - 1
+    bits = _low_bits(hard)
+    low = value >> bits << bits
+    return low, low + (1 << bits) - 1
+
+
+def _low_bits(hard: int) -> int:
+    """A family's bits under a low hard limit: FAMILIES_LEAST of them and more in [N/2, N)."""
+    # (at least 8 values: the top even one, the ranks' below it, nested commands' below that)
+    return max(3, min(FAMILY_BITS, (hard // 2).bit_length() - FAMILIES_LEAST.bit_length()))
+
+
+def _random(n: int) -> int:
+    """A number in [0, n) (os.urandom: `secrets` costs the command's start 5 ms)."""
+    return int.from_bytes(os.urandom(8), "big") % n
+
+
+def _drawn(hard: int) -> int | None:
+    """A lineage value a command marks itself with under hard limit `hard`: its family's top
+    even value; inside another command's lineage, an even value below `hard` in its family;
+    under a low hard limit, a family's top drawn in [hard/2, hard); None where that range
+    holds under FAMILIES_LEAST families."""
+    if LINEAGE_BASE <= hard < LINEAGE_TOP:  # a command started inside one
+        low = _family(hard, hard)[0] + 2
+        high = hard - 1 - (hard - 1) % 2
+        return max(high, low) if high <= low else low + 2 * _random((high - low) // 2 + 1)
+    if hard >= LINEAGE_TOP:
+        return _top_drawn(LINEAGE_BASE, LINEAGE_TOP, FAMILY_BITS)
+    return _top_drawn(hard // 2, hard, _low_bits(hard))
+
+
+def _top_drawn(low: int, high: int, bits: int) -> int | None:
+    """The top even value of a family of 2**bits drawn among those wholly in [low, high),
+    None where they are under FAMILIES_LEAST."""
+    first, last = -(-low >> bits), (high >> bits) - 1
+    if last - first + 1 < FAMILIES_LEAST:
+        return None
+    return ((first + _random(last - first + 1)) << bits) + (1 << bits) - 2
+
+
+def lineage() -> int | None:
+    """This process's lineage value (even; drawn once, under its hard limit now), None where
+    none can be drawn (`_drawn`)."""
     if _LINEAGE["own"] is None:
-        _LINEAGE["own"] = _drawn()
-    own = _LINEAGE["own"]
-    assert own is not None
-    return own
+        _LINEAGE["own"] = _drawn(_limits()[1])
+    return _LINEAGE["own"]
 
 
-def rank_lineage() -> int:
-    """The lineage the ranks of a run this process launches mark themselves with: its own
-    plus one where it marked itself (the `pipeplan` command: what its watch knows), else one
+def rank_lineage() -> int | None:
+    """The lineage the ranks of a run this process launches mark themselves with: one below
+    its own where it marked itself (the `pipeplan` command: what its watch knows), else one
     drawn for the run (an API caller: a process it forked drew the same, and one run's end
     killed the other's ranks, the eighty-sixth round)."""
     if _LINEAGE["marked"] is not None:
-        return _LINEAGE["marked"] + 1
-    return _drawn() + 1
+        return _LINEAGE["marked"] - 1
+    drawn = _drawn(_limits()[1])
+    return None if drawn is None else drawn - 1
 
 
 def _forked() -> None:
     """In a forked child: its lineage is drawn again when asked (its mark stays inherited)."""
     _LINEAGE["own"] = None
     _LINEAGE["marked"] = None
+    _LINEAGE["kin"] = None
 
 
 os.register_at_fork(after_in_child=_forked)
 
 
-def mark_lineage(value: int) -> None:
-    """Mark this process, and so whatever it starts from now on, with `value` (`lineage_of`
-    reads it back). Under a hard limit below it (`ulimit -x N`: a container's, a site's), an
-    even value drawn in [N/2, N − 2] instead, its ranks' the one above (the eighty-sixth
-    round: the fallback killed a shell helper's daemon again); nothing where the platform has
-    no such limit or that range is under LINEAGE_RANGE_LEAST (then `lineage_marked()` is
-    None, and the command ends what started after it began)."""
+def _limits() -> tuple[int, int]:
+    """This process's (soft, hard) RLIMIT_LOCKS, UNLIMITED for none (and where no limit is)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(RLIMIT_LOCKS)
+    except (ImportError, OSError, ValueError):
+        return UNLIMITED, UNLIMITED
+    inf = resource.RLIM_INFINITY
+    return (UNLIMITED if soft == inf else soft), (UNLIMITED if hard == inf else hard)
+
+
+def mark_lineage(value: int | None) -> None:
+    """Mark this process, and so whatever it starts from now on, with `value`, soft and hard
+    (`limits_of` reads them back), and note what tells its descendants (`kin`). With no
+    value, or one above the hard limit, the hard limit lowered by one, which still tells
+    them from what it had before. Nothing where the platform has no such limit, or the hard
+    limit is 0 or unlimited and no value is given."""
     try:
         import resource
 
         old = resource.getrlimit(RLIMIT_LOCKS)
-        hard = old[1]
-        if hard != resource.RLIM_INFINITY and hard < value:
-            low, high = hard // 2, hard - 2
-            if high - low < LINEAGE_RANGE_LEAST:  # (two runs would draw alike too often)
-                return
-            value = low + int.from_bytes(os.urandom(8), "big") % (high - low + 1)
-            value -= value % 2
-        resource.setrlimit(RLIMIT_LOCKS, (value, hard))
-        if lineage_of(os.getpid()) != value:  # another limit by that number: put it back
+        soft, hard = _limits()
+        if value is not None and value <= hard:
+            wanted = (value, value)
+        elif 0 < hard < UNLIMITED:
+            value, wanted = None, (min(soft, hard - 1), hard - 1)
+        else:  # (nothing to lower, or nothing drawn)
+            return
+        resource.setrlimit(RLIMIT_LOCKS, wanted)
+        if limits_of(os.getpid()) != wanted:  # another limit by that number: put it back
             resource.setrlimit(RLIMIT_LOCKS, old)
             return
     except (ImportError, OSError, ValueError):
         return
+    # (lowered by one inside another command's lineage: that command's family still)
+    lineage = value is not None or LINEAGE_BASE <= wanted[1] < LINEAGE_TOP
+    family = _family(wanted[1], hard) if lineage else None
     _LINEAGE["marked"] = value
+    _LINEAGE["kin"] = Kin(family, hard)
 
 
 @contextlib.contextmanager
 def lineage_kept() -> Iterator[None]:
     """Around the user's code in a marked process: its lineage set again after it, should the
-    code have changed RLIMIT_LOCKS (what the process starts from then on would have left the
-    lineage: the eighty-sixth round); nothing where it cannot be."""
+    code have changed RLIMIT_LOCKS's soft limit (what the process starts from then on keeps
+    its hard one: the eighty-sixth round); nothing where it cannot be."""
     try:
         yield
     finally:
@@ -146,7 +252,7 @@ def lineage_kept() -> Iterator[None]:
                 import resource
 
                 soft, hard = resource.getrlimit(RLIMIT_LOCKS)  # (a call: no /proc read)
-                if soft != marked:
+                if soft != marked and hard == marked:
                     resource.setrlimit(RLIMIT_LOCKS, (marked, hard))
 
 
@@ -155,18 +261,30 @@ def lineage_marked() -> int | None:
     return _LINEAGE["marked"]
 
 
-def lineage_of(pid: int) -> int | None:
-    """Process `pid`'s lineage mark (its soft "Max file locks"), None where it has none
-    (unlimited) or cannot be read (gone)."""
+def kin() -> Kin | None:
+    """What tells this process's descendants among its children (`mark_lineage`), None where
+    nothing does."""
+    return _LINEAGE["kin"]
+
+
+def limits_of(pid: int) -> tuple[int, int] | None:
+    """Process `pid`'s (soft, hard) "Max file locks" (UNLIMITED for unlimited), None where
+    they cannot be read (gone)."""
     try:
         with open(f"/proc/{pid}/limits", encoding="ascii", errors="replace") as limits:
             for line in limits:
                 if line.startswith("Max file locks"):
-                    soft = line[len("Max file locks") :].split()[0]
-                    return int(soft) if soft.isdigit() else None
-    except OSError:
+                    soft, hard = line[len("Max file locks") :].split()[:2]
+                    return _number(soft), _number(hard)
+    except (OSError, ValueError):
         pass
     return None
+
+
+def _number(text: str) -> int:
+    if text == "unlimited":
+        return UNLIMITED
+    return int(text)
 
 
 def data_code_runs() -> None:
@@ -331,15 +449,15 @@ def _descendants(kept: set) -> dict[int, tuple[str, int, int]]:
             continue
     found: dict[int, tuple[str, int, int]] = {}
     me = os.getpid()
-    own = lineage_marked()
+    kin = _LINEAGE["kin"]
     frontier = [me]
     while frontier:
         parent = frontier.pop()
         for pid, state, start in below.get(parent, []):
             if pid in found or pid in kept or _foreign(pid, start):
                 continue
-            # (below one of its own, whatever its mark: the command's too)
-            if parent == me and own is not None and lineage_of(pid) not in (own, own + 1):
+            # (below one of its own, whatever its limits: the command's too)
+            if parent == me and kin is not None and not kin.descends(pid):
                 continue
             found[pid] = (state, start, parent)
             frontier.append(pid)

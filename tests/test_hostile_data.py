@@ -9468,27 +9468,52 @@ import resource
 from pipeplan import exits
 resource.setrlimit(exits.RLIMIT_LOCKS, ({hard}, {hard}))
 exits.mark_lineage(exits.lineage())
-print(exits.lineage_marked())
+kin = exits.kin()
+now = resource.getrlimit(exits.RLIMIT_LOCKS)[1]
+print(exits.lineage_marked(), now, kin.family, kin.before, sep="|")
 """
 
 
 @pytest.mark.timeout(60)
 def test_under_a_low_hard_limit_the_lineage_is_drawn_below_it():
     """Found by the eighty-sixth round: under `ulimit -x 100000` the lineage could not be set,
-    and the fallback killed a daemon a shell's earlier helper started. An even value is drawn
-    in [N/2, N − 2] (its ranks' the one above, still under N); under a range too small to
-    tell two runs apart, none (the fallback)."""
-    for hard, drawn in ((100_000, True), (2_000, False)):
+    and the fallback killed a daemon a shell's earlier helper started. A family's top even
+    value is drawn in [N/2, N) (its ranks' the one below); under a range too small to tell
+    two runs apart (`exits.FAMILIES_LEAST`), none, but the hard limit is lowered by one: what
+    descends from the command is still told from what the shell had started (`exits.Kin`)."""
+    from pipeplan import exits
+
+    for hard, drawn in ((100_000, True), (4_096, True), (2_000, False), (1, False)):
         done = subprocess.run(
             [sys.executable, "-c", LOW_HARD_LIMIT.format(hard=hard)], capture_output=True,
             text=True, timeout=50, cwd=Path(cli.__file__).resolve().parent,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
+        value, now, family, before = done.stdout.split("|")
         if not drawn:
-            assert done.stdout.strip() == "None"
-            continue
-        value = int(done.stdout)
-        assert value % 2 == 0 and hard // 2 - 1 <= value and value + 1 <= hard - 1
+            assert (value, now, family) == ("None", str(hard - 1), "None"), done.stdout
+            kin = exits.Kin(None, hard)
+        else:
+            value = int(value)
+            assert value % 2 == 0 and hard // 2 <= value - 1 and value == int(now) < hard
+            low, high = eval(family)  # (a tuple's repr)
+            assert low <= value - 1 and value + 1 == high and high - low + 1 >= 8
+            kin = exits.Kin((low, high), hard)
+        assert int(before) == hard
+        # what it starts, whatever it lowers, is its; what had the hard limit before is not
+        assert kin.kin((0, 0)) and not kin.kin((hard, hard)) and not kin.kin(None)
+    # a command inside another (its hard limit a lineage value) draws in the same family, below
+    outer = exits._drawn(exits.UNLIMITED)
+    family = exits._family(outer, outer)
+    assert outer == family[1] - 1 and outer % 2 == 0
+    for _ in range(50):
+        inner = exits._drawn(outer - 1)  # (under a rank of the outer's, say)
+        assert inner % 2 == 0 and family[0] < inner - 1 and inner < outer - 1
+    other = exits._drawn(exits.UNLIMITED)
+    kin = exits.Kin(family, exits.UNLIMITED)
+    assert kin.kin((inner, inner)) and kin.kin((5, outer)) and kin.kin((3, 4))
+    assert not kin.kin((other, other)) or exits._family(other, other) == family
+    assert not kin.kin((exits.UNLIMITED, exits.UNLIMITED))
 
 
 LINEAGE_KEPT = """\
@@ -9496,17 +9521,23 @@ import resource
 from executor.data import limits_kept
 from pipeplan import exits
 exits.mark_lineage(exits.lineage())
-with limits_kept("m:load", "the data function"):
+marked = exits.lineage()
+try:  # the hard limit is the lineage too: never raised again
     resource.setrlimit(exits.RLIMIT_LOCKS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-print(resource.getrlimit(exits.RLIMIT_LOCKS)[0] == exits.lineage_marked() == exits.lineage())
+except ValueError:
+    pass
+with limits_kept("m:load", "the data function"):
+    resource.setrlimit(exits.RLIMIT_LOCKS, (12345, marked))
+print(resource.getrlimit(exits.RLIMIT_LOCKS) == (marked, marked) == (exits.lineage_marked(),) * 2)
 """
 
 
 @pytest.mark.timeout(60)
 def test_data_code_that_changes_the_lineage_limit_has_it_set_again():
     """Found by the eighty-sixth round: data code that raised RLIMIT_LOCKS in the command's
-    process unmarked all it started from then on. The lineage is set again as the code's
-    call ends (what it started meanwhile has left it: documented)."""
+    process unmarked all it started from then on. The lineage is the hard limit too, which
+    no user raises; a soft limit the code changed is set again as its call ends (and what it
+    started meanwhile still has the hard one: `exits.Kin`)."""
     done = subprocess.run(
         [sys.executable, "-c", LINEAGE_KEPT], capture_output=True, text=True, timeout=50,
         cwd=Path(cli.__file__).resolve().parent,
@@ -9524,65 +9555,66 @@ HEADLESS = (
 
 @pytest.mark.timeout(60)
 def test_a_lineage_marks_what_descends_from_the_command_and_nothing_else():
-    """`exits.mark_lineage`: what a process starts carries its lineage (an environment and a
-    session of its own take nothing away), read back by `exits.lineage_of`; the command's
-    watch ends none of its children without it (an orphan of a helper the shell started
-    before `exec pipeplan`: the eighty-fourth round killed it), and `leftovers.end_marked`
-    ends what carries the ranks' lineage a run's mark names, whatever its environment."""
+    """`exits.mark_lineage`: what a process starts carries its lineage, soft and hard (an
+    environment and a session of its own take nothing away), read back by `exits.limits_of`;
+    the command's watch ends none of its children that do not descend from it (an orphan of a
+    helper the shell started before `exec pipeplan`: the eighty-fourth round killed it;
+    another command's), and each that does, whatever it set its limits to or however it
+    marked itself again (the eighty-sixth round's were left); `leftovers.end_marked` ends
+    what carries the ranks' lineage a run's mark names, whatever its environment."""
     import resource
 
     from executor import leftovers
     from pipeplan import exits
 
-    ours = exits.LINEAGE_BASE + 2 * (os.getpid() % 10**6) + 123_456_000_000
+    ours = exits._drawn(exits.UNLIMITED)
+    assert ours is not None
+    while exits._family(other := exits._drawn(exits.UNLIMITED), ours) == exits._family(ours, ours):
+        pass
+    kin = exits.Kin(exits._family(ours, ours), exits.UNLIMITED)
     bare = {k: v for k, v in os.environ.items() if not k.startswith("PIPEPLAN_")}
 
-    def started(lineage: int | None) -> subprocess.Popen:
-        def marked() -> None:
-            if lineage is not None:
-                resource.setrlimit(exits.RLIMIT_LOCKS, (lineage, resource.RLIM_INFINITY))
-
+    def started(limits: tuple[int, int] | None, env: dict | None = None) -> subprocess.Popen:
         return subprocess.Popen(
-            ["sleep", "60"], env={} if lineage else bare, start_new_session=True,
-            preexec_fn=marked,
+            ["sleep", "60"], env=bare if env is None else env, start_new_session=True,
+            preexec_fn=(lambda: resource.setrlimit(exits.RLIMIT_LOCKS, limits)) if limits else None,
         )  # fmt: skip
 
-    command, rank, foreign = started(ours), started(ours + 1), started(None)
+    command, rank = started((ours, ours), {}), started((ours - 1, ours - 1), {})
+    foreign = started(None)
+    own_limits, nested = started((5, 5)), started((ours - 1000, ours - 1000))
+    another = started((other, other))  # another command's, adopted
     # another run's rank that drew the same lineage: its mark says whose it is
-    other = subprocess.Popen(
-        ["sleep", "60"], env={"PIPEPLAN_RUN_MARK": f"9e1d.{ours + 1}"}, start_new_session=True,
-        preexec_fn=lambda: resource.setrlimit(
-            exits.RLIMIT_LOCKS, (ours + 1, resource.RLIM_INFINITY)
-        ),
-    )  # fmt: skip
+    marked = started((ours - 1, ours - 1), {"PIPEPLAN_RUN_MARK": f"9e1d.{ours - 1}"})
     # and one of the ranks' whose main thread ended (its environment unreadable: the
     # eighty-fifth round's escaped a run through the API)
     headless = subprocess.Popen(
         [sys.executable, "-c", HEADLESS], start_new_session=True, stdout=subprocess.PIPE,
-        preexec_fn=lambda: resource.setrlimit(
-            exits.RLIMIT_LOCKS, (ours + 1, resource.RLIM_INFINITY)
-        ),
+        preexec_fn=lambda: resource.setrlimit(exits.RLIMIT_LOCKS, (ours - 1, ours - 1)),
     )  # fmt: skip
-    everyone = [command, rank, foreign, headless, other]
+    everyone = [command, rank, foreign, own_limits, nested, another, marked, headless]
     try:
         deadline = time.monotonic() + 10  # each exec'd with its limits
-        while leftovers._command_line(rank.pid) != b"sleep\x0060\x00":
+        while any(leftovers._command_line(p.pid) != b"sleep\x0060\x00" for p in everyone[:-1]):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert [exits.lineage_of(p.pid) for p in everyone[:3]] == [ours, ours + 1, None]
-        seen = leftovers._descendants([os.getpid()], lineages=(ours, ours + 1))
-        assert {command.pid, rank.pid} <= set(seen) and foreign.pid not in seen
+        assert exits.limits_of(command.pid) == (ours, ours)
+        assert exits.limits_of(foreign.pid) == (exits.UNLIMITED, exits.UNLIMITED)
+        seen = leftovers._descendants([os.getpid()], kin=kin)
+        assert {command.pid, rank.pid, own_limits.pid, nested.pid} <= set(seen)
+        assert foreign.pid not in seen and another.pid not in seen
         assert foreign.pid in leftovers._descendants([os.getpid()])  # (a child all the same)
-        assert leftovers.lineage_in(f"5f0c.{ours + 1}") == ours + 1
+        assert exits.Kin.parse(kin.argument()).family == kin.family
+        assert leftovers.lineage_in(f"5f0c.{ours - 1}") == ours - 1
         assert leftovers.lineage_in("5f0c") is None and leftovers.lineage_in("5f0c.x") is None
         assert headless.stdout.readline() == b"headless\n"
         while _state(headless.pid) != "Z":  # its main thread ended; another runs
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        ended = leftovers.end_marked({"PIPEPLAN_RUN_MARK": f"5f0c.{ours + 1}"})
+        ended = leftovers.end_marked({"PIPEPLAN_RUN_MARK": f"5f0c.{ours - 1}"})
         assert sorted(ended) == sorted([rank.pid, headless.pid])
         assert rank.wait(10) == -signal.SIGKILL and headless.wait(10) == -signal.SIGKILL
-        assert command.poll() is None and foreign.poll() is None and other.poll() is None
+        assert all(p.poll() is None for p in everyone if p not in (rank, headless))
     finally:
         for p in everyone:
             p.kill()
@@ -9629,13 +9661,22 @@ def test_a_process_an_api_caller_starts_during_a_run_is_not_the_runs(tmp_path):
 
 
 LAUNCHER_CHILD_LOAD = """\
-import os, subprocess, torch
+import os, resource, subprocess, sys, torch
+
+NESTED = "import time; from pipeplan.exits import *; mark_lineage(lineage()); time.sleep(300)"
 
 def load():
-    if not os.environ.get("RANK"):  # the launcher's check of the data: a server of its own
-        server = subprocess.Popen(["sleep", "300"], start_new_session=True)
-        with open(os.path.join({folder!r}, str(server.pid)), "w"):
-            pass
+    if not os.environ.get("RANK"):  # the launcher's check of the data: servers of its own
+        servers = [
+            subprocess.Popen(["sleep", "300"], start_new_session=True),
+            # one that sets its own file locks limit, soft and hard, and a pipeplan command
+            # of its own, which marks itself again (the eighty-sixth round: both were left)
+            subprocess.Popen(["sleep", "300"], preexec_fn=lambda: resource.setrlimit(10, (5, 5))),
+            subprocess.Popen([sys.executable, "-c", NESTED]),
+        ]
+        for server in servers:
+            with open(os.path.join({folder!r}, str(server.pid)), "w"):
+                pass
     x, y = torch.zeros(80, 1, 8, 8), torch.arange(80) % 10
     return torch.utils.data.TensorDataset(x, y), torch.utils.data.TensorDataset(x, y)
 """
