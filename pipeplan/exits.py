@@ -114,10 +114,12 @@ class Kin:
         if limits is None:
             return False
         hard = limits[1]
+        if hard >= self.before:  # (what a command nested in another's family had before)
+            return False
         if self.family and any(self.family[0] <= v <= self.family[1] for v in limits):
             return True
         # (another command's lineage is that command's, nested in this one or not)
-        return hard < self.before and not LINEAGE_BASE <= hard < LINEAGE_TOP
+        return not LINEAGE_BASE <= hard < LINEAGE_TOP
 
     def descends(self, pid: int) -> bool:
         return self.kin(limits_of(pid))
@@ -211,7 +213,7 @@ def _limits() -> tuple[int, int]:
 def mark_lineage(value: int | None) -> None:
     """Mark this process, and so whatever it starts from now on, with `value`, soft and hard
     (`limits_of` reads them back), and note what tells its descendants (`kin`). With no
-    value, or one above the hard limit, the hard limit lowered by one, which still tells
+    value, or one not below the hard limit, the hard limit lowered by one, which still tells
     them from what it had before. Nothing where the platform has no such limit, or the hard
     limit is 0 or unlimited and no value is given."""
     try:
@@ -219,7 +221,7 @@ def mark_lineage(value: int | None) -> None:
 
         old = resource.getrlimit(RLIMIT_LOCKS)
         soft, hard = _limits()
-        if value is not None and value <= hard:
+        if value is not None and value < hard:  # (below: what it had is not its own)
             wanted = (value, value)
         elif 0 < hard < UNLIMITED:
             value, wanted = None, (min(soft, hard - 1), hard - 1)

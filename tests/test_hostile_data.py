@@ -9514,6 +9514,10 @@ def test_under_a_low_hard_limit_the_lineage_is_drawn_below_it():
     assert kin.kin((inner, inner)) and kin.kin((5, outer)) and kin.kin((3, 4))
     assert not kin.kin((other, other)) or exits._family(other, other) == family
     assert not kin.kin((exits.UNLIMITED, exits.UNLIMITED))
+    # the inner command's own: not what it had at its start (a helper the outer's data code
+    # started before `exec pipeplan`, of the outer's lineage)
+    nested = exits.Kin(family, outer)
+    assert nested.kin((inner, inner)) and nested.kin((5, 5)) and not nested.kin((outer, outer))
 
 
 LINEAGE_KEPT = """\
