@@ -1120,3 +1120,26 @@ def test_a_long_phase_is_priced_as_the_sum_of_its_epochs(nodes, covered):
         for epochs in (SUMMED_EPOCHS + 1, 1000, 10000):
             summed = choice.transition_s + sum(choice.epoch_at(k) for k in range(epochs))
             assert choice.total_s(epochs) == pytest.approx(summed, rel=1e-11)
+
+
+@pytest.mark.timeout(120)
+def test_a_long_models_uncached_prefix_is_planned_on_forward_only_stages_too(monkeypatch):
+    """Found by the eighty-seventh round: a model of over DENSE_MAX_LAYERS layers searched an
+    uncached phase with its frozen prefix in stage 0 only, and its search's bound was taken
+    for every layout's: a plan 42 % slower than one with forward-only stages said nothing. Its
+    phases are searched with them too (pruned at the first search's best): the plan is the one
+    searched with forward-only stages from the start (the restriction lifted), as fast."""
+    from pipeplan import solver
+
+    profile = preset_profile("bert-base", num_blocks=200)  # 202 layers
+    cluster = cluster_from_flags(
+        nodes=1, devices_per_node=4, intra_bw="1GB/s", device_memory=profile.device.memory_bytes
+    )
+    shape = {"global_batch": 64, "samples": 6400, "epochs": 2, "cache": False}
+    freeze = list_schedule([150, 150], 2, 200)
+    plan = make_plan(profile, cluster, freeze=freeze, **shape)
+    monkeypatch.setattr(solver, "DENSE_MAX_LAYERS", 10**13)
+    lifted = make_plan(profile, cluster, freeze=freeze, **shape)
+    assert plan.predicted_total_s == pytest.approx(lifted.predicted_total_s, rel=1e-9)
+    assert plan.phases[0].layout.forward_only_stages > 0  # (the old plan: none, 248 s, not 143)
+    assert plan.predicted_total_s < 0.6 * 248.2
