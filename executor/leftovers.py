@@ -346,7 +346,35 @@ def watch(argv: list[str]) -> None:
             look()
             time.sleep(LOOK_S if descendants else 1.0)
     end_marked(marks)
-    end_seen({**looks[0], **looks[1]})
+    end_seen({**looks[0], **looks[1], **_of_family(kin)})
+
+
+def _of_family(kin: Kin | None) -> dict[int, int]:
+    """The processes but this one whose limits carry `kin`'s lineage family, pid → start,
+    where the family is the command's alone (drawn in the lineage band, the command in no
+    other's: a nested one shares its outer command's; under a low hard limit two may meet):
+    what descended from the command wherever it went, one its parent started and left within
+    the last look before a `kill -9` included (the eighty-seventh round: a server started
+    half a second before the kill was left)."""
+    from pipeplan.exits import LINEAGE_BASE, LINEAGE_TOP
+
+    if kin is None or kin.family is None or kin.before < LINEAGE_TOP:
+        return {}
+    if not LINEAGE_BASE <= kin.family[0] < LINEAGE_TOP:
+        return {}
+    found = {}
+    for entry in os.listdir("/proc"):
+        pid = int(entry) if entry.isdigit() else 0
+        if pid and pid != os.getpid() and _in_family(pid, kin.family):
+            start = _started(pid)
+            if start is not None:
+                found[pid] = start
+    return found
+
+
+def _in_family(pid: int, family: tuple[int, int]) -> bool:
+    limits = _limits(pid)
+    return limits is not None and any(family[0] <= v <= family[1] for v in limits)
 
 
 def end_seen(seen: Mapping[int, int]) -> list[int]:

@@ -119,7 +119,19 @@ class Kin:
         if self.family and any(self.family[0] <= v <= self.family[1] for v in limits):
             return True
         # (another command's lineage is that command's, nested in this one or not)
-        return not LINEAGE_BASE <= hard < LINEAGE_TOP
+        band = self.band()
+        return band is None or not band[0] <= hard < band[1]
+
+    def band(self) -> tuple[int, int] | None:
+        """Where every command's lineage lies, [low, high): LINEAGE_BASE's band, or under a
+        low hard limit N, [N/2, N), where a command beside it draws its own too (the eighty-
+        seventh round: one under `ulimit -x 100000` killed another that a helper started);
+        None where no family was drawn."""
+        if self.family is None:
+            return None
+        if LINEAGE_BASE <= self.family[0] < LINEAGE_TOP:
+            return LINEAGE_BASE, LINEAGE_TOP
+        return self.before // 2, self.before
 
     def descends(self, pid: int) -> bool:
         return self.kin(limits_of(pid))

@@ -9306,8 +9306,16 @@ def test_what_the_launchers_check_of_the_data_started_ends_when_pipeplan_run_is_
     """Left by the eighty-second round: after `kill -9` of `pipeplan run`, a server the data
     function started as the launcher checked it (a session of its own; no rank's, so no
     run's mark) stayed. The command's own watch, started before its data code first ran,
-    ends what descended from the command: gone within seconds of the kill."""
+    ends what descended from the command: gone within seconds of the kill. So is one the
+    watch never saw, started just before the kill (the eighty-seventh round: within its last
+    half second, it was left): it carries the command's lineage family (`leftovers.
+    _of_family`)."""
     _killed_with_children(tmp_path, LAUNCHER_CHILD_LOAD, settle_s=4 * leftovers.LOOK_S)
+    for used in ("children", "runs"):
+        shutil.rmtree(tmp_path / used, ignore_errors=True)
+    # (one that also lowered its limits, in that last half second, is still left: documented)
+    lines = LAUNCHER_CHILD_LOAD.splitlines(keepends=True)
+    _killed_with_children(tmp_path, "".join(x for x in lines if "setrlimit" not in x), 0.0)
 
 
 def _killed_with_children(tmp_path: Path, code: str, settle_s: float) -> None:
@@ -9499,6 +9507,11 @@ def test_under_a_low_hard_limit_the_lineage_is_drawn_below_it():
             low, high = eval(family)  # (a tuple's repr)
             assert low <= value - 1 and value + 1 == high and high - low + 1 >= 8
             kin = exits.Kin((low, high), hard)
+            # another command's under the same limit (the eighty-seventh round: one that a
+            # shell's earlier helper started was killed, its watch too)
+            others = (exits._drawn(hard) for _ in range(100))
+            other = next(v for v in others if v is not None and not low <= v <= high)
+            assert not kin.kin((other, other)) and not kin.kin((other - 1, other - 1))
         assert int(before) == hard
         # what it starts, whatever it lowers, is its; what had the hard limit before is not
         assert kin.kin((0, 0)) and not kin.kin((hard, hard)) and not kin.kin(None)
