@@ -1200,6 +1200,26 @@ def prefix_boundaries(nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     return crosses, shares, stays
 
 
+def counted_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(keys, return_counts=True)` of non-negative integers: by counting where the
+    keys span little more than their number (a sort of a million (node, stage) keys took a
+    sixth of a plan on 131,072 × 8 devices), else by sorting.
+
+    >>> [a.tolist() for a in counted_keys(np.array([5, 2, 5, 0]))]
+    [[0, 2, 5], [1, 1, 2]]"""
+    keys = keys.ravel()  # (as np.unique takes them)
+    if keys.size and int(keys.max()) < COUNTED_KEYS_SPAN * keys.size + 1024:
+        counts = np.bincount(keys)
+        found = np.flatnonzero(counts)
+        return found, counts[found]
+    return np.unique(keys, return_counts=True)
+
+
+# How far past their number keys may span for `counted_keys` to count them (an array of the
+# span, zeroed and scanned once, against a sort).
+COUNTED_KEYS_SPAN = 16
+
+
 def all_boundaries(nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`prefix_boundaries(nodes)`'s last rows (all the replicas), without the rows before:
     per boundary, whether some transfer crosses nodes, the most crossing out of or into one
@@ -1214,7 +1234,7 @@ def all_boundaries(nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     width = crossing.shape[1]
     boundary = np.broadcast_to(np.arange(width), crossing.shape)[crossing]
     for side in (nodes[:, :-1], nodes[:, 1:]):
-        keys, counts = np.unique(side[crossing] * width + boundary, return_counts=True)
+        keys, counts = counted_keys(side[crossing] * width + boundary)
         np.maximum.at(shares, keys % width, counts)
     return crosses, shares, stays
 

@@ -38,6 +38,7 @@ from pipeplan.costmodel import (
     Evaluation,
     PhaseCosts,
     alike_key,
+    counted_keys,
     placement_family,
     placement_index,
     placement_name,
@@ -1593,7 +1594,7 @@ class PhaseSearch:
         else:
             # From the (node, stage) pairs, never a [node, stage] array: a million nodes by
             # thousands of stages would not fit.
-            pairs = np.unique(nodes * len(spans) + np.arange(len(spans)))  # by node, then stage
+            pairs = counted_keys(nodes * len(spans) + np.arange(len(spans)))[0]  # node, stage
             node, stage = np.divmod(pairs, len(spans))
             starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
             counts = np.diff(np.r_[starts, len(node)])
