@@ -527,3 +527,16 @@ def test_all_boundaries_are_the_last_rows_of_the_prefix_boundaries():
         reference = [rows[-1] for rows in prefix_boundaries(nodes)]
         for got, want in zip(all_boundaries(nodes), reference, strict=True):
             assert np.array_equal(got, want) and got.dtype == want.dtype, nodes
+
+
+def test_counted_keys_are_np_uniques():
+    """`counted_keys` counts where the keys span little more than their number, and sorts
+    otherwise: either way np.unique's keys and counts, 1-D or not (a [replica, stage] array)."""
+    from pipeplan.costmodel import counted_keys
+
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        shape = (int(rng.integers(0, 40)), int(rng.integers(1, 5)))
+        keys = rng.integers(0, int(rng.integers(1, 5000)), shape)
+        got, want = counted_keys(keys), np.unique(keys, return_counts=True)
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
