@@ -2466,7 +2466,13 @@ def _forward_only_too(
     faster than the first's best, within the plan's budget: the first's best and bound hold
     only without them (the eighty-seventh round: plans 19.5 % slower than one with
     forward-only stages, the bound said 1.8 %). The first's best prunes the second from its
-    start, which spends its work on the shapes that may beat it."""
+    start, which spends its work on the shapes that may beat it. Where the first search
+    stopped at its work limit, the second would too, as costly (300 phases of 302 layers on
+    8,192 devices: twice the plan's time): not searched, and no bound holds on the phase."""
+    if not solution.proven:
+        merged = replace(solution, lower_bound_s=0.0)  # (said: "no bound proven")
+        work.stops[-1] = (merged.best.step_s, 0.0)
+        return merged
     limit, more = work.phase_limit(), work.sub_search_limit()
     wide = PhaseSearch(
         narrow.model, narrow.global_batch, narrow.frozen_layers, False, narrow.pins, limit,
@@ -2519,10 +2525,7 @@ def layouts_within(
 
         layouts, every_one = layouts_within(model, 64, 6, False, Pins(), 0.8, work, 8)"""
     within_s *= 1 + WITHIN_ROUNDING  # a bound equal to a step may sit a rounding above it
-    # A long model's uncached prefix over forward-only stages too (`_forward_only_too`): the
-    # bound prunes what a phase's search would spend its budget on.
-    wide = True if not cached and frozen_layers > 0 else None
-    search = PhaseSearch(model, global_batch, frozen_layers, cached, pins, work.phase_limit(), wide)
+    search = PhaseSearch(model, global_batch, frozen_layers, cached, pins, work.phase_limit())
     try:
         solution = search.solve(most - 1, math.inf, None, within_s, most)
     except DoesNotFitError:

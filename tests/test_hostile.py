@@ -1084,12 +1084,13 @@ def test_a_plans_phases_share_one_work_budget_and_say_their_gap_once(tmp_path, c
     stops = [line for line in err.splitlines() if "layout search stopped at its work" in line]
     assert len(stops) == 1, err
     assert stops[0].startswith("pipeplan: INFO: layout search stopped at its work limit in 6")
-    # The 6 phases' searches (each uncached one with a frozen prefix twice: with forward-only
-    # stages too, `solver._forward_only_too`), then the first and last phase's one-stage
-    # searches (a budget of their own, `plan._one_stage`; the last's twice): small beside them.
-    assert len(works) == 6 + 5 + 3 and max(works[11:]) < 1_000, works
-    # Each search may pass its limit by what it does before it looks again (a simulation).
-    assert sum(works[:11]) <= 60_000 + 11 * 5_000, works
+    # The 6 phases' searches (an uncached one with a frozen prefix whose search proved its
+    # best is searched again with forward-only stages, `solver._forward_only_too`), then the
+    # first and last phase's one-stage searches (a budget of their own, `plan._one_stage`):
+    # small beside them. Each search may pass its limit by what it does before it looks again
+    # (a simulation).
+    assert 6 + 2 <= len(works) <= 6 + 5 + 2 * 2 and max(works[-2:]) < 1_000, works
+    assert sum(works[:-2]) <= 60_000 + (len(works) - 2) * 5_000, works
 
 
 @pytest.mark.timeout(120)
