@@ -90,31 +90,34 @@ class Kin:
         Kin((low, high), before=UNLIMITED).descends(pid)
     """
 
-    def __init__(self, family: tuple[int, int] | None, before: int) -> None:
+    def __init__(self, family: tuple[int, int] | None, before: int, top: int | None = None):
+        # `top`: the hard limit the command set itself, above which none of its own is (a
+        # command nested beside it, in the same family, drew above it: the eighty-eighth round)
         self.family, self.before = family, before
+        self.top = before - 1 if top is None else top
 
     def __repr__(self) -> str:
-        return f"Kin({self.family}, before={self.before})"
+        return f"Kin({self.family}, before={self.before}, top={self.top})"
 
     def argument(self) -> str:
-        """`low:high:before` (-1 for no family), read back by `Kin.parse`."""
+        """`low:high:before:top` (-1 for no family), read back by `Kin.parse`."""
         low, high = self.family or (-1, -1)
-        return f"{low}:{high}:{self.before}"
+        return f"{low}:{high}:{self.before}:{self.top}"
 
     @staticmethod
     def parse(text: str) -> Kin | None:
         parts = text.split(":")
-        if len(parts) != 3 or not all(p.lstrip("-").isdigit() for p in parts):
+        if len(parts) != 4 or not all(p.lstrip("-").isdigit() for p in parts):
             return None
-        low, high, before = map(int, parts)
-        return Kin((low, high) if low >= 0 else None, before)
+        low, high, before, top = map(int, parts)
+        return Kin((low, high) if low >= 0 else None, before, top)
 
     def kin(self, limits: tuple[int, int] | None) -> bool:
         """Whether a process of these (soft, hard) limits descends from the command."""
         if limits is None:
             return False
         hard = limits[1]
-        if hard >= self.before:  # (what a command nested in another's family had before)
+        if hard > self.top:  # (what a command nested in another's family had before)
             return False
         if self.family and any(self.family[0] <= v <= self.family[1] for v in limits):
             return True
@@ -249,7 +252,7 @@ def mark_lineage(value: int | None) -> None:
     lineage = value is not None or LINEAGE_BASE <= wanted[1] < LINEAGE_TOP
     family = _family(wanted[1], hard) if lineage else None
     _LINEAGE["marked"] = value
-    _LINEAGE["kin"] = Kin(family, hard)
+    _LINEAGE["kin"] = Kin(family, hard, wanted[1])
 
 
 @contextlib.contextmanager
@@ -382,6 +385,8 @@ def end_children(say: Callable[[str], None] | None) -> list[int]:
         for pid, (state, start, _) in found.items():
             if state == "Z" and _threads(pid) <= 1:
                 continue  # dead: its parent's to reap (this process's, below)
+            if _a_watch(pid):  # another command's, adopted: it ends once its command has
+                continue
             with contextlib.suppress(OSError):
                 handle = os.pidfd_open(pid)  # then read again: not another's since the look
                 if _start(pid) == start:
@@ -402,6 +407,17 @@ def end_children(say: Callable[[str], None] | None) -> list[int]:
     if killed and say is not None:
         say(f"the data code left {processes(killed)} running: killed")
     return killed
+
+
+def _a_watch(pid: int) -> bool:
+    """Whether process `pid` is a pipeplan command's watch (`leftovers.watch_command`): one
+    adopted from a command beside this one was killed by this one's end, and that command's
+    leftovers then outlived its `kill -9` (the eighty-eighth round)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return b"leftovers import watch" in cmdline.read()
+    except OSError:
+        return False
 
 
 def processes(pids: list[int]) -> str:

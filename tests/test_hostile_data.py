@@ -9531,6 +9531,11 @@ def test_under_a_low_hard_limit_the_lineage_is_drawn_below_it():
     # started before `exec pipeplan`, of the outer's lineage)
     nested = exits.Kin(family, outer)
     assert nested.kin((inner, inner)) and nested.kin((5, 5)) and not nested.kin((outer, outer))
+    # nor what a command nested beside it drew above its own (the eighty-eighth round: a job
+    # script's command killed another that its earlier helper started)
+    beside = exits.Kin(family, outer, top=inner)
+    assert beside.kin((inner - 1, inner - 1)) and not beside.kin((inner + 2, inner + 2))
+    assert exits.Kin.parse(beside.argument()).top == inner
 
 
 LINEAGE_KEPT = """\
