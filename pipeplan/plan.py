@@ -867,7 +867,7 @@ class _ScheduleWork:
             plans = f" in {len(weighed)} plans" if len(weighed) > 1 else ""
             said.append(f"weighed {each} candidate layouts{plans}")
         if moves_cut:
-            said.append(f"sought no other ranks for {moves_cut:,} moves")
+            said.append(f"sought no other ranks for {moves_cut:,} move{'s' * (moves_cut != 1)}")
         if unwidened:
             said.append(f"widened no candidates: a model of over {DENSE_MAX_LAYERS} layers")
         # How much faster any plan could be, from the phases' proven floors (the eighty-first

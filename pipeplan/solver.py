@@ -2440,7 +2440,9 @@ def solve_phase(
     try:
         search = PhaseSearch(model, global_batch, frozen_layers, cached, pins, limit, None, more)
         solution = work.solve(search, runner_ups, faster_than_s, hint)
-    except DoesNotFitError:
+    except (DoesNotFitError, BadArgumentError):
+        # (a pin of more stages than the prefix in stage 0 leaves: more with forward-only
+        # stages, the eighty-eighth round; refused there too, the wider space's line says so)
         if not retries:
             raise
         limit, more = work.phase_limit(), work.sub_search_limit()

@@ -1143,3 +1143,34 @@ def test_a_long_models_uncached_prefix_is_planned_on_forward_only_stages_too(mon
     assert plan.predicted_total_s == pytest.approx(lifted.predicted_total_s, rel=1e-9)
     assert plan.phases[0].layout.forward_only_stages > 0  # (the old plan: none, 248 s, not 143)
     assert plan.predicted_total_s < 0.6 * 248.2
+
+
+@pytest.mark.timeout(120)
+def test_a_stage_pin_past_what_stage_0_leaves_is_planned_on_forward_only_stages():
+    """Found by the eighty-eighth round: on a model of over DENSE_MAX_LAYERS layers with an
+    uncached frozen prefix, `--stages 4` was refused as "more than the 3 stages possible":
+    the first search keeps the prefix in stage 0, and only a layout that did not fit was
+    searched again with forward-only stages. A pin it refuses is searched so too."""
+    from pipeplan.synthetic import synthetic_profile, transformer_layers
+
+    layers = transformer_layers(num_blocks=200, hidden=256, seq_len=64, vocab=30522)
+    profile = synthetic_profile(layers, name="s", hidden=256, device_memory_bytes=80 << 30)
+    cluster = cluster_from_flags(
+        nodes=2, devices_per_node=3, intra_bw="10GB/s", device_memory="8GiB"
+    )
+    shape = {"global_batch": 16, "samples": 800, "epochs": 1, "cache": False}
+    freeze = list_schedule([199], 1, 200)
+    plan = make_plan(profile, cluster, freeze=freeze, pins=Pins(num_stages=4), **shape)
+    layout = plan.phases[0].layout
+    assert layout.num_stages == 4 and layout.forward_only_stages == 3
+
+
+def test_the_schedule_line_counts_one_move_as_one(caplog):
+    """Found by the eighty-eighth round: "sought no other ranks for 1 moves"."""
+    from pipeplan.plan import _ScheduleWork
+
+    for moves, said in ((1, "for 1 move)"), (2, "for 2 moves)")):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="pipeplan"):
+            _ScheduleWork.report([_ScheduleWork(moves_cut=moves, floors=[(10.0, 5.0, False)])])
+        assert said in caplog.text and "by at most 50.0 %" in caplog.text, caplog.text
