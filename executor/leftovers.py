@@ -365,16 +365,11 @@ def _of_family(kin: Kin | None) -> dict[int, int]:
     found = {}
     for entry in os.listdir("/proc"):
         pid = int(entry) if entry.isdigit() else 0
-        if pid and pid != os.getpid() and _in_family(pid, kin.family):
+        if pid and pid != os.getpid() and kin.in_family(_limits(pid) or (-1, -1)):
             start = _started(pid)
             if start is not None:
                 found[pid] = start
     return found
-
-
-def _in_family(pid: int, family: tuple[int, int]) -> bool:
-    limits = _limits(pid)
-    return limits is not None and any(family[0] <= v <= family[1] for v in limits)
 
 
 def end_seen(seen: Mapping[int, int]) -> list[int]:

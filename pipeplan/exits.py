@@ -119,11 +119,16 @@ class Kin:
         hard = limits[1]
         if hard > self.top:  # (what a command nested in another's family had before)
             return False
-        if self.family and any(self.family[0] <= v <= self.family[1] for v in limits):
+        if self.in_family(limits):
             return True
         # (another command's lineage is that command's, nested in this one or not)
         band = self.band()
         return band is None or not band[0] <= hard < band[1]
+
+    def in_family(self, limits: tuple[int, int]) -> bool:
+        """Whether a soft or hard limit of `limits` is of this lineage's family."""
+        family = self.family
+        return family is not None and any(family[0] <= v <= family[1] for v in limits)
 
     def band(self) -> tuple[int, int] | None:
         """Where every command's lineage lies, [low, high): LINEAGE_BASE's band, or under a
