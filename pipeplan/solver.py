@@ -2485,9 +2485,8 @@ def _forward_only_too(
     except NothingFasterError as none:
         if none.stopped_at is None:  # nothing faster, proven: the first's bound holds
             return solution
-        found = None
-        lower = min(none.stopped_at, solution.lower_bound_s)
-        merged = replace(solution, proven=False, lower_bound_s=lower)
+        found = None  # (the first proved its best: the second's bound is below it)
+        merged = replace(solution, proven=False, lower_bound_s=none.stopped_at)
     finally:
         work.left -= wide.work_done
     if found is not None:
@@ -2498,8 +2497,9 @@ def _forward_only_too(
             [*found.runner_ups, solution.best, *solution.runner_ups], key=lambda e: e.step_s
         )
         for evaluation in ranked:
-            if len(others) < runner_ups and alike_key(evaluation.layout, per_node) not in seen:
-                seen.add(alike_key(evaluation.layout, per_node))
+            key = alike_key(evaluation.layout, per_node)
+            if len(others) < runner_ups and key not in seen:
+                seen.add(key)
                 others.append(evaluation)
         # (its bound: of what may beat the first's best, the rest being no faster than that)
         evaluated = found.evaluated + solution.evaluated
