@@ -66,15 +66,23 @@ def note_start() -> None:
 # round: a child that set its own, and a nested `pipeplan` command, which re-marked itself,
 # outlived the command), and what the shell started before `exec pipeplan` (a helper's
 # daemon the command adopts: the eighty-fourth round killed it) the hard limit the command
-# had before. A value is one of a family of 2**FAMILY_BITS (`Kin`): the command takes its
-# family's top even value, its ranks the one below, and a pipeplan command started inside
-# one an even value drawn below its hard limit, in the same family; another command's family
-# is another's.
+# had before. A value is its family's top even value (`Kin`, `FAMILY_BITS`): its ranks take
+# the one below, a pipeplan command started inside it a smaller family within it, below its
+# hard limit; another command's family is another's.
 RLIMIT_LOCKS = 10  # Linux's number on every architecture pipeplan runs on; checked on use
 UNLIMITED = 2**64 - 1  # RLIM_INFINITY on Linux, "unlimited" in /proc/PID/limits
 LINEAGE_BASE = 7_000_000_000_000_000_000
 LINEAGE_TOP = 9_000_000_000_000_000_000  # (a lineage value: in [BASE, TOP))
-FAMILY_BITS = 20
+# A family is an aligned block of 2**bits values, bits ≡ LEAST_BITS (mod NEST_BITS): its
+# command takes the top even value, its ranks the one below. A command started inside one
+# (its hard limit a lineage value) takes one of the 2**NEST_BITS - 1 blocks of its family that
+# lie below its hard limit, 2**NEST_BITS times smaller: two commands nested side by side are
+# told apart (the eighty-eighth round: one killed the other), and both are the outer one's.
+# The block's size is read back from its top value alone (`family_of`): a value + 2 is a
+# multiple of 2**bits, never of 2**(bits + NEST_BITS) (`_top_drawn` skips those blocks).
+FAMILY_BITS = 43  # some 227,000 families in the band
+NEST_BITS = 8
+LEAST_BITS = 3  # (8 values: the top even one, the ranks' below it, nested commands' below that)
 # Under a low hard limit (`ulimit -x N`: a container's, a site's) the families are drawn in
 # [N/2, N), at least this many of them (two commands alike in one end each other's ranks'
 # leftovers: `leftovers.end_marked`), or none: then only the hard limit lowered by one tells.
@@ -145,20 +153,33 @@ class Kin:
         return self.kin(limits_of(pid))
 
 
-def _family(value: int, hard: int) -> tuple[int, int]:
-    """The family of a lineage `value` drawn under `hard`."""
-    if LINEAGE_BASE <= value < LINEAGE_TOP:
-        low = value >> FAMILY_BITS << FAMILY_BITS
-        return low, low + (1 << FAMILY_BITS) - 1
-    bits = _low_bits(hard)
-    low = value >> bits << bits
-    return low, low + (1 << bits) - 1
+def _grid(bits: int) -> int | None:
+    """The largest family size (in bits) of at most `bits`, None below LEAST_BITS."""
+    if bits < LEAST_BITS:
+        return None
+    return bits - (bits - LEAST_BITS) % NEST_BITS
+
+
+def family_of(value: int) -> tuple[int, int] | None:
+    """The family [low, high] whose top even value `value` is, or whose ranks' value (the
+    one below) it is; None where `value` is no such value (it is not a drawn lineage's).
+
+        family_of(low + 2**bits - 2) == family_of(low + 2**bits - 3) == (low, low + 2**bits - 1)
+    """
+    if value < FAMILIES_LEAST << LEAST_BITS:  # (none is drawn below: `_top_drawn`)
+        return None
+    value += value % 2
+    top = value + 2
+    bits = _grid(min((top & -top).bit_length() - 1, FAMILY_BITS))
+    if bits is None:
+        return None
+    return top - (1 << bits), top - 1
 
 
 def _low_bits(hard: int) -> int:
     """A family's bits under a low hard limit: FAMILIES_LEAST of them and more in [N/2, N)."""
-    # (at least 8 values: the top even one, the ranks' below it, nested commands' below that)
-    return max(3, min(FAMILY_BITS, (hard // 2).bit_length() - FAMILIES_LEAST.bit_length()))
+    bits = (hard // 2).bit_length() - FAMILIES_LEAST.bit_length()
+    return _grid(min(FAMILY_BITS, max(LEAST_BITS, bits))) or LEAST_BITS
 
 
 def _random(n: int) -> int:
@@ -166,35 +187,60 @@ def _random(n: int) -> int:
     return int.from_bytes(os.urandom(8), "big") % n
 
 
-def _drawn(hard: int) -> int | None:
-    """A lineage value a command marks itself with under hard limit `hard`: its family's top
-    even value; inside another command's lineage, an even value below `hard` in its family;
-    under a low hard limit, a family's top drawn in [hard/2, hard); None where that range
-    holds under FAMILIES_LEAST families."""
-    if LINEAGE_BASE <= hard < LINEAGE_TOP:  # a command started inside one
-        low = _family(hard, hard)[0] + 2
-        high = hard - 1 - (hard - 1) % 2
-        return max(high, low) if high <= low else low + 2 * _random((high - low) // 2 + 1)
+Drawn = tuple[int, tuple[int, int]]  # a lineage value, its family
+
+
+def _drawn(hard: int) -> Drawn | None:
+    """A lineage value a command marks itself with under hard limit `hard`, and its family:
+    a family's top even value, drawn in the band (or, under a low hard limit, in
+    [hard/2, hard)); inside another command's lineage one of the blocks of that family below
+    `hard` (`_nested`); None where that range holds under FAMILIES_LEAST families."""
     if hard >= LINEAGE_TOP:
         return _top_drawn(LINEAGE_BASE, LINEAGE_TOP, FAMILY_BITS)
+    outer = family_of(hard)
+    if outer is None and LINEAGE_BASE <= hard:  # lowered by hand in the band
+        low = hard >> FAMILY_BITS << FAMILY_BITS
+        outer = low, low + (1 << FAMILY_BITS) - 1
+    if outer is not None:
+        return _nested(outer, hard)
     return _top_drawn(hard // 2, hard, _low_bits(hard))
 
 
-def _top_drawn(low: int, high: int, bits: int) -> int | None:
-    """The top even value of a family of 2**bits drawn among those wholly in [low, high),
-    None where they are under FAMILIES_LEAST."""
+def _nested(outer: tuple[int, int], hard: int) -> Drawn:
+    """A family's top even value of the blocks of `outer` below `hard`, one in
+    2**NEST_BITS - 1 of them (a block of the outer's next size down, none of which holds the
+    outer's own value); where none fits, an even value below `hard` in `outer`, its family."""
+    low, high = outer
+    bits = (high - low + 1).bit_length() - 1 - NEST_BITS
+    fits = min((1 << NEST_BITS) - 1, (hard - low + 1) >> bits) if bits >= LEAST_BITS else 0
+    if fits > 0:
+        block = low + (_random(fits) << bits)
+        return block + (1 << bits) - 2, (block, block + (1 << bits) - 1)
+    first, last = low + 2, hard - 1 - (hard - 1) % 2
+    value = max(last, first) if last <= first else first + 2 * _random((last - first) // 2 + 1)
+    return value, outer
+
+
+def _top_drawn(low: int, high: int, bits: int) -> Drawn | None:
+    """The top even value of a family of 2**bits drawn among those wholly in [low, high)
+    whose value + 2 is no multiple of 2**(bits + NEST_BITS) (`family_of` would read a larger
+    one), and the family; None where they are under FAMILIES_LEAST."""
     first, last = -(-low >> bits), (high >> bits) - 1
     if last - first + 1 < FAMILIES_LEAST:
         return None
-    return ((first + _random(last - first + 1)) << bits) + (1 << bits) - 2
+    index = first + _random(last - first + 1)
+    if (index + 1) % (1 << NEST_BITS) == 0:  # (its neighbour: FAMILIES_LEAST are in range)
+        index += -1 if index > first else 1
+    block = index << bits
+    return block + (1 << bits) - 2, (block, block + (1 << bits) - 1)
 
 
 def lineage() -> int | None:
     """This process's lineage value (even; drawn once, under its hard limit now), None where
     none can be drawn (`_drawn`)."""
     if _LINEAGE["own"] is None:
-        _LINEAGE["own"] = _drawn(_limits()[1])
-    return _LINEAGE["own"]
+        _LINEAGE["own"] = _drawn(_limits()[1]) or (None, None)
+    return _LINEAGE["own"][0]
 
 
 def rank_lineage() -> int | None:
@@ -205,7 +251,21 @@ def rank_lineage() -> int | None:
     if _LINEAGE["marked"] is not None:
         return _LINEAGE["marked"] - 1
     drawn = _drawn(_limits()[1])
-    return None if drawn is None else drawn - 1
+    return None if drawn is None else drawn[0] - 1
+
+
+def _family_for(value: int) -> tuple[int, int] | None:
+    """The family of a lineage value this process marks itself with: the one drawn with it,
+    else the one it reads as (a rank's, one below its command's), else in the band the block
+    of 2**FAMILY_BITS it lies in."""
+    own = _LINEAGE["own"]
+    if own is not None and own[0] == value:
+        return own[1]
+    family = family_of(value)
+    if family is None and LINEAGE_BASE <= value < LINEAGE_TOP:
+        low = value >> FAMILY_BITS << FAMILY_BITS
+        family = low, low + (1 << FAMILY_BITS) - 1
+    return family
 
 
 def _forked() -> None:
@@ -254,8 +314,8 @@ def mark_lineage(value: int | None) -> None:
     except (ImportError, OSError, ValueError):
         return
     # (lowered by one inside another command's lineage: that command's family still)
-    lineage = value is not None or LINEAGE_BASE <= wanted[1] < LINEAGE_TOP
-    family = _family(wanted[1], hard) if lineage else None
+    inside = LINEAGE_BASE <= wanted[1] < LINEAGE_TOP or family_of(hard) is not None
+    family = _family_for(wanted[1]) if value is not None or inside else None
     _LINEAGE["marked"] = value
     _LINEAGE["kin"] = Kin(family, hard, wanted[1])
 

@@ -9510,32 +9510,47 @@ def test_under_a_low_hard_limit_the_lineage_is_drawn_below_it():
             # another command's under the same limit (the eighty-seventh round: one that a
             # shell's earlier helper started was killed, its watch too)
             others = (exits._drawn(hard) for _ in range(100))
-            other = next(v for v in others if v is not None and not low <= v <= high)
+            other = next(v for v, _ in filter(None, others) if not low <= v <= high)
             assert not kin.kin((other, other)) and not kin.kin((other - 1, other - 1))
+            # a command its data code starts (the eighty-eighth round: one drawn a family of
+            # its own in [value/2, value) was taken for another command's, and left)
+            inner, inner_family = exits._drawn(value)
+            assert inner < value - 1 and low <= inner_family[0] <= inner_family[1] <= high
+            assert kin.kin((inner, inner)) and kin.kin((inner - 1, inner - 1))
         assert int(before) == hard
         # what it starts, whatever it lowers, is its; what had the hard limit before is not
         assert kin.kin((0, 0)) and not kin.kin((hard, hard)) and not kin.kin(None)
-    # a command inside another (its hard limit a lineage value) draws in the same family, below
-    outer = exits._drawn(exits.UNLIMITED)
-    family = exits._family(outer, outer)
+    # a command inside another (its hard limit a lineage value) draws a smaller family inside
+    # the outer one, below its hard limit: one of 255, each told from the others (the eighty-
+    # eighth round: one a job script ran killed another that the script's helper started)
+    outer, family = exits._drawn(exits.UNLIMITED)
     assert outer == family[1] - 1 and outer % 2 == 0
-    for _ in range(50):
-        inner = exits._drawn(outer - 1)  # (under a rank of the outer's, say)
-        assert inner % 2 == 0 and family[0] < inner - 1 and inner < outer - 1
-    other = exits._drawn(exits.UNLIMITED)
+    assert exits.family_of(outer) == exits.family_of(outer - 1) == family
+    families = set()
+    for _ in range(1000):
+        inner, inner_family = exits._drawn(outer - 1)  # (under a rank of the outer's, say)
+        low, high = inner_family
+        assert inner == high - 1 and family[0] <= low and high < outer - 1
+        assert high - low + 1 == (family[1] - family[0] + 1) >> exits.NEST_BITS
+        assert exits.family_of(inner) == inner_family
+        families.add(inner_family)
+        deeper, deeper_family = exits._drawn(inner)  # and inside that one
+        assert low <= deeper_family[0] and deeper_family[1] < inner and deeper < inner
+    assert len(families) > 230  # (of 255: 1,000 draws see ~250 of them, give or take 4)
+    other = exits._drawn(exits.UNLIMITED)[0]
     kin = exits.Kin(family, exits.UNLIMITED)
     assert kin.kin((inner, inner)) and kin.kin((5, outer)) and kin.kin((3, 4))
-    assert not kin.kin((other, other)) or exits._family(other, other) == family
+    assert not kin.kin((other, other)) or exits.family_of(other) == family
     assert not kin.kin((exits.UNLIMITED, exits.UNLIMITED))
     # the inner command's own: not what it had at its start (a helper the outer's data code
-    # started before `exec pipeplan`, of the outer's lineage)
-    nested = exits.Kin(family, outer)
+    # started before `exec pipeplan`, of the outer's lineage), nor what a command beside it
+    # drew (that helper's later `pipeplan` command), above its own or below
+    nested = exits.Kin(inner_family, outer, top=inner)
     assert nested.kin((inner, inner)) and nested.kin((5, 5)) and not nested.kin((outer, outer))
-    # nor what a command nested beside it drew above its own (the eighty-eighth round: a job
-    # script's command killed another that its earlier helper started)
-    beside = exits.Kin(family, outer, top=inner)
-    assert beside.kin((inner - 1, inner - 1)) and not beside.kin((inner + 2, inner + 2))
-    assert exits.Kin.parse(beside.argument()).top == inner
+    beside = next(v for v, f in iter(lambda: exits._drawn(outer), None) if f != inner_family)
+    assert not nested.kin((beside, beside)) and not nested.kin((beside - 1, beside - 1))
+    assert nested.kin((inner - 1, inner - 1)) and not nested.kin((inner + 2, inner + 2))
+    assert exits.Kin.parse(nested.argument()).top == inner
 
 
 LINEAGE_KEPT = """\
@@ -9589,11 +9604,11 @@ def test_a_lineage_marks_what_descends_from_the_command_and_nothing_else():
     from executor import leftovers
     from pipeplan import exits
 
-    ours = exits._drawn(exits.UNLIMITED)
-    assert ours is not None
-    while exits._family(other := exits._drawn(exits.UNLIMITED), ours) == exits._family(ours, ours):
+    ours, family = exits._drawn(exits.UNLIMITED)
+    while (drawn := exits._drawn(exits.UNLIMITED))[1] == family:
         pass
-    kin = exits.Kin(exits._family(ours, ours), exits.UNLIMITED)
+    other = drawn[0]
+    kin = exits.Kin(family, exits.UNLIMITED)
     bare = {k: v for k, v in os.environ.items() if not k.startswith("PIPEPLAN_")}
 
     def started(limits: tuple[int, int] | None, env: dict | None = None) -> subprocess.Popen:
