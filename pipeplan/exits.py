@@ -198,7 +198,7 @@ def _drawn(hard: int) -> Drawn | None:
     if hard >= LINEAGE_TOP:
         return _top_drawn(LINEAGE_BASE, LINEAGE_TOP, FAMILY_BITS)
     outer = family_of(hard)
-    if outer is None and LINEAGE_BASE <= hard:  # lowered by hand in the band
+    if outer is None and hard >= LINEAGE_BASE:  # lowered by hand in the band
         low = hard >> FAMILY_BITS << FAMILY_BITS
         outer = low, low + (1 << FAMILY_BITS) - 1
     if outer is not None:

@@ -30,6 +30,7 @@ import torch
 from pipeplan import spawn
 from pipeplan.startup import ignored
 
+
 # A signal ignored where the suite starts (a shell's background job ignores SIGINT and
 # SIGQUIT, `nohup` SIGHUP) would stay ignored in every command a test starts, as pipeplan
 # leaves an inherited SIG_IGN alone (`startup.ignored`): the tests that stop commands with
