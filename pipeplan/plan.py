@@ -1149,7 +1149,9 @@ def _choose(
         # the search's error stands.
         if floors is not None:  # no step is below faster_than_s; a search out of work
             # proved nothing of the phase (a kept layout's error below sets ∞ again)
-            floors[cached] = faster_than_s if isinstance(exc, NothingFasterError) else 0.0
+            floors[cached] = 0.0
+            if isinstance(exc, NothingFasterError):  # (what the search proved: its bound)
+                floors[cached] = faster_than_s if exc.stopped_at is None else exc.stopped_at
         kept = None if previous is None else _with_freeze(previous, frozen, cached, model)
         if kept is None:
             raise

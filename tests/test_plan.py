@@ -3,6 +3,7 @@
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -1163,6 +1164,74 @@ def test_a_stage_pin_past_what_stage_0_leaves_is_planned_on_forward_only_stages(
     plan = make_plan(profile, cluster, freeze=freeze, pins=Pins(num_stages=4), **shape)
     layout = plan.phases[0].layout
     assert layout.num_stages == 4 and layout.forward_only_stages == 3
+
+
+@pytest.mark.timeout(180)
+def test_a_search_pruned_at_a_layout_the_caller_holds_stops_at_its_limit_with_its_bound(caplog):
+    """Found by the eighty-ninth round: a search pruned at a step the caller already has (a
+    long model's forward-only search at the first search's best; an uncached phase at the
+    cached choice's step) that simulated nothing went on to NOTHING_FITS_WORK × its limit,
+    as a search that needs a layout that fits does, and gave up: read as "nothing faster,
+    proven", the plan was 6 % slower than one with the same pins and `--boundaries`, and said
+    nothing. It stops at its limit like any search: its smallest bound is said, and holds
+    (a reference: the pinned plan, built here)."""
+    import logging
+    import re
+
+    from pipeplan import solver
+    from pipeplan.synthetic import synthetic_profile, transformer_layers
+
+    layers = transformer_layers(num_blocks=200, hidden=256, seq_len=64, vocab=30522)
+    profile = synthetic_profile(layers, name="s", hidden=256, device_memory_bytes=80 << 30)
+    cluster = cluster_from_flags(
+        nodes=2, devices_per_node=3, intra_bw="10GB/s", device_memory="8GiB"
+    )
+    shape = {"global_batch": 16, "samples": 800, "epochs": 1, "cache": False}
+    freeze = list_schedule([100], 1, 200)
+    pins = Pins(num_stages=4, micro_batches=2)
+    with caplog.at_level(logging.INFO, logger="pipeplan"):
+        plan = make_plan(profile, cluster, freeze=freeze, pins=pins, **shape)
+    pinned = make_plan(
+        profile, cluster, freeze=freeze, **shape,
+        pins=replace(pins, boundaries=(0, 1, 53, 162, 202)),
+    )  # fmt: skip
+    loss = plan.predicted_total_s / pinned.predicted_total_s - 1
+    assert loss > 0.05  # (the layout the search missed: 6.3 % faster; observed)
+    said = re.search(r"at most ([0-9.]+) % above its optimum", caplog.text)
+    assert said is not None, caplog.text  # (it said nothing)
+    assert float(said.group(1)) / 100 >= loss
+    # the search's own account: stopped at its limit with a bound, not given up
+    model = CostModel(profile, cluster)
+    search = solver.PhaseSearch(model, 16, 100, False, pins, solver.DEFAULT_WORK_LIMIT, True)
+    with pytest.raises(solver.NothingFasterError) as none:
+        search.solve(2, plan.phases[0].step_s)
+    assert none.value.stopped_at is not None and none.value.stopped_at < plan.phases[0].step_s
+    assert search.work_done < 2 * solver.DEFAULT_WORK_LIMIT  # (not 10 ×)
+
+
+@pytest.mark.timeout(180)
+def test_a_collecting_search_out_of_work_before_any_layout_says_it_saw_not_every_one():
+    """Found by the eighty-ninth round: the schedule-wide widening's search for the layouts
+    within an allowance (`layouts_within`) that simulated nothing by its limit went on to
+    NOTHING_FITS_WORK × it, gave up, and said it had seen every layout: none, though one
+    is there (a search without the limit finds it). It stops at its limit, and says it did
+    not see them all."""
+    from pipeplan import solver
+    from pipeplan.solver import PlanWork, layouts_within
+    from pipeplan.synthetic import synthetic_profile, transformer_layers
+
+    layers = transformer_layers(num_blocks=140, hidden=256, seq_len=64, vocab=30522)
+    profile = synthetic_profile(layers, name="s", hidden=256, device_memory_bytes=80 << 30)
+    cluster = cluster_from_flags(
+        nodes=2, devices_per_node=4, intra_bw="1GB/s", inter_bw="1GB/s", device_memory="4GiB",
+        profile=profile,
+    )  # fmt: skip
+    model = CostModel(profile, cluster)
+    pins, within_s = Pins(num_stages=6, micro_batches=2), 0.035652
+    layouts, every_one = layouts_within(model, 16, 35, False, pins, within_s, PlanWork(), 8)
+    unlimited = solver.PhaseSearch(model, 16, 35, False, pins, 30_000_000).solve(0)
+    assert unlimited.best.step_s <= within_s  # (one there is: 0.0354 s, observed)
+    assert not every_one or unlimited.best.layout in [e.layout for e in layouts]
 
 
 def test_the_schedule_line_counts_one_move_as_one(caplog):
