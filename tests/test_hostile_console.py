@@ -439,7 +439,16 @@ def test_a_console_without_the_tables_characters_shows_them_escaped(monkeypatch,
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    "columns", [str(10**8), "0000000010000000", "١٠٠٠٠٠٠٠", "0", "00", "1", "9" * 4301]
+    "columns",
+    [
+        pytest.param(str(10**8), marks=pytest.mark.long),  # (as the 4,301 nines: too wide)
+        pytest.param("0000000010000000", marks=pytest.mark.long),
+        "١٠٠٠٠٠٠٠",
+        "0",
+        pytest.param("00", marks=pytest.mark.long),  # (as "0": too narrow)
+        pytest.param("1", marks=pytest.mark.long),
+        "9" * 4301,
+    ],
 )
 @pytest.mark.parametrize("args", [["run", "--help"], ["models"]])
 def test_a_columns_out_of_bounds_is_laid_out_as_the_nearest_bound(monkeypatch, args, columns):
