@@ -647,6 +647,12 @@ _FAMILIES: weakref.WeakKeyDictionary[CostModel, _Families] = weakref.WeakKeyDict
 # (a longer frozen prefix) searches a prefix of them. Built again for each of a 1,000-layer
 # plan's 18 searches, they were 15 % of its time.
 _SHAPES: weakref.WeakKeyDictionary[CostModel, dict] = weakref.WeakKeyDictionary()
+# Per cost model, each (phase, shape, schedule)'s root bound (`_Run.bound_roots`): a plan's
+# decisions and its schedule-wide widening search the same phases again (a 160-layer model's 4
+# cached phases on 256 × 8: 60 % of the plan's time bounding the same roots again). A
+# bound depends on the space alone, so the searches' paths, work counted, and plans are the
+# same.
+_ROOTS: weakref.WeakKeyDictionary[CostModel, dict] = weakref.WeakKeyDictionary()
 # A long model's candidate for every placement of its (S, D) but "packed" (not a rank map:
 # `_Run.open_shape` makes it into the family's maps).
 OTHER_PLACEMENTS = "others"
@@ -1559,6 +1565,15 @@ class PhaseSearch:
             )
         return self._links[key]
 
+    def known_roots(self) -> dict[tuple[Shape, Schedule], float]:
+        """The root bounds of this phase's shapes that a search of the same phase found
+        (`_ROOTS`)."""
+        key = (
+            self.global_batch, self.frozen_layers, self.cached, self.forward_only_layers,
+            self.pins,
+        )  # fmt: skip
+        return _ROOTS.setdefault(self.model, {}).setdefault(key, {})
+
     def shared_tables(self, key: tuple) -> dict:
         """Partition tables that shapes with the same stages, micro-batch size, schedule and
         boundary links share (`PartitionSpace`; a table that depends on M names it)."""
@@ -2150,12 +2165,21 @@ class _Run:
             if bound < limit and key not in self.roots and key != (shape, schedule)
         ]
         self.work += WORK_PER_TABLE_STAGE * shape.num_stages
+        known = self.phase.known_roots()
+        if (shape, schedule) in known:  # (its batch's others were bounded with it)
+            for key in waiting:
+                if key in known:
+                    self.roots[key] = known[key]
+            if all(key in self.roots for key in waiting):
+                return
+            waiting = [key for key in waiting if key not in self.roots]
+            shape, schedule = waiting[0]
         spaces = [self.space(*key) for key in waiting]
         shapes = [shape for shape, _ in waiting]  # both schedules share three tables
         kept: dict[int, dict[str, np.ndarray]] = {}
         roots = root_bounds(spaces, shapes, kept, limit)
         for key, root in zip(waiting, roots, strict=True):
-            self.roots[key] = float(root)
+            self.roots[key] = known[key] = float(root)
         # The tables of the trees that may open, kept for them while they fit the budget
         # (a constant: a space is not kept, and neither are thousands of shapes' tables).
         for row in sorted(kept, key=lambda row: roots[row]):

@@ -1681,3 +1681,42 @@ def test_the_does_not_fit_messages_work_is_counted_not_timed(monkeypatch):
     clock = iter(range(0, 10**9, 1000))  # a clock that leaps 1,000 s at every look
     monkeypatch.setattr(time, "monotonic", lambda: float(next(clock)))
     assert search.smallest_peak_memory_bytes(shapes, MessageWork()) == whole
+
+
+@pytest.mark.timeout(120)
+def test_a_phase_searched_again_bounds_its_roots_once_and_plans_the_same(monkeypatch):
+    """Found by the eighty-eighth round: a 160-layer model's 4 cached phases on 256 × 8 took
+    107 s to plan, 60 % of it bounding again the roots (`partition.root_bounds`) that the
+    plan's decisions had bounded, for the schedule-wide widening's searches of the same
+    phases. A root bound depends on its space alone: each is bounded once a plan
+    (`PhaseSearch.known_roots`), and the plan is the one bounded afresh in every search."""
+    import weakref
+
+    from pipeplan.formats import dumps
+    from pipeplan.freeze import list_schedule
+    from pipeplan.plan import make_plan
+
+    profile = preset_profile("bert-base", num_blocks=20)
+    cluster = cluster_from_flags(
+        nodes=4, devices_per_node=8, intra_bw="10GB/s", inter_bw="1GB/s", device_memory="16GiB"
+    )
+    freeze = list_schedule([0, 5, 10, 15], 4, 20)
+    real = solver.root_bounds
+
+    def planned() -> tuple[str, int]:
+        rows: list[int] = []
+
+        def counted(spaces, *args, **kwargs):
+            rows.append(len(spaces))
+            return real(spaces, *args, **kwargs)
+
+        monkeypatch.setattr(solver, "root_bounds", counted)
+        monkeypatch.setattr(solver, "_ROOTS", weakref.WeakKeyDictionary())
+        plan = make_plan(profile, cluster, freeze=freeze, global_batch=512, samples=51200, epochs=4)
+        return dumps(plan), sum(rows)
+
+    once, bounded_once = planned()
+    monkeypatch.setattr(solver.PhaseSearch, "known_roots", lambda self: {})
+    afresh, bounded_afresh = planned()
+    assert once == afresh
+    assert bounded_once < 0.6 * bounded_afresh  # (6,545 roots against 15,840, observed)
