@@ -653,6 +653,7 @@ _SHAPES: weakref.WeakKeyDictionary[CostModel, dict] = weakref.WeakKeyDictionary(
 # bound depends on the space alone, so the searches' paths, work counted, and plans are the
 # same.
 _ROOTS: weakref.WeakKeyDictionary[CostModel, dict] = weakref.WeakKeyDictionary()
+KEPT_ROOTS = 250_000  # per cost model (~30 MB): past it, a search's roots are its own
 # A long model's candidate for every placement of its (S, D) but "packed" (not a rank map:
 # `_Run.open_shape` makes it into the family's maps).
 OTHER_PLACEMENTS = "others"
@@ -1574,6 +1575,15 @@ class PhaseSearch:
         )  # fmt: skip
         return _ROOTS.setdefault(self.model, {}).setdefault(key, {})
 
+    def keep_roots(self, count: int) -> bool:
+        """Whether `count` more root bounds fit KEPT_ROOTS (counted if so)."""
+        kept = _ROOTS.setdefault(self.model, {})
+        total = kept.get("kept", 0) + count
+        if total > KEPT_ROOTS:
+            return False
+        kept["kept"] = total
+        return True
+
     def shared_tables(self, key: tuple) -> dict:
         """Partition tables that shapes with the same stages, micro-batch size, schedule and
         boundary links share (`PartitionSpace`; a table that depends on M names it)."""
@@ -2178,8 +2188,11 @@ class _Run:
         shapes = [shape for shape, _ in waiting]  # both schedules share three tables
         kept: dict[int, dict[str, np.ndarray]] = {}
         roots = root_bounds(spaces, shapes, kept, limit)
+        keep = self.phase.keep_roots(len(waiting))
         for key, root in zip(waiting, roots, strict=True):
-            self.roots[key] = known[key] = float(root)
+            self.roots[key] = float(root)
+            if keep:
+                known[key] = float(root)
         # The tables of the trees that may open, kept for them while they fit the budget
         # (a constant: a space is not kept, and neither are thousands of shapes' tables).
         for row in sorted(kept, key=lambda row: roots[row]):
