@@ -261,7 +261,7 @@ class NothingFasterError(PipeplanError):
 
     def __init__(self, step_s: float, stopped_at: float | None = None):
         super().__init__(f"no layout of the phase takes less than {step_s:.6g} s a step")
-        self.stopped_at = stopped_at
+        self.step_s, self.stopped_at = step_s, stopped_at
 
 
 class DoesNotFitError(PipeplanError):

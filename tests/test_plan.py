@@ -1234,6 +1234,29 @@ def test_a_collecting_search_out_of_work_before_any_layout_says_it_saw_not_every
     assert not every_one or unlimited.best.layout in [e.layout for e in layouts]
 
 
+def test_an_uncached_search_stopped_against_the_cached_choice_is_a_stop_said(caplog):
+    """Found by the eighty-ninth round (c1): with the cache on, the uncached search of a
+    phase, pruned at the cached choice's step, that stopped at its work limit failed the plan
+    with a traceback (AttributeError: its error had no step_s). Its stop is counted with the
+    phase searches', and said."""
+    import logging
+
+    from pipeplan.synthetic import synthetic_profile, transformer_layers
+
+    layers = transformer_layers(num_blocks=100, hidden=256, seq_len=64, vocab=30522)
+    profile = synthetic_profile(layers, name="s", hidden=256, device_memory_bytes=80 << 30)
+    cluster = cluster_from_flags(
+        nodes=1, devices_per_node=7, intra_bw="10GB/s", device_memory="4GiB"
+    )
+    with caplog.at_level(logging.INFO, logger="pipeplan"):
+        plan = make_plan(
+            profile, cluster, freeze=list_schedule([25], 3, 100), global_batch=16,
+            samples=800, epochs=3,
+        )  # fmt: skip
+    assert plan.phases[0].layout.cached
+    assert "stopped at its work limit in 2 of 3 phase searches" in caplog.text
+
+
 def test_the_schedule_line_counts_one_move_as_one(caplog):
     """Found by the eighty-eighth round: "sought no other ranks for 1 moves"."""
     from pipeplan.plan import _ScheduleWork
