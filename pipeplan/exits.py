@@ -83,6 +83,7 @@ LINEAGE_TOP = 9_000_000_000_000_000_000  # (a lineage value: in [BASE, TOP))
 FAMILY_BITS = 43  # some 227,000 families in the band
 NEST_BITS = 8
 LEAST_BITS = 3  # (8 values: the top even one, the ranks' below it, nested commands' below that)
+NESTED_LEAST = LEAST_BITS + NEST_BITS  # the least family a hard limit is read as (`family_of`)
 # Under a low hard limit (`ulimit -x N`: a container's, a site's) the families are drawn in
 # [N/2, N), at least this many of them (two commands alike in one end each other's ranks'
 # leftovers: `leftovers.end_marked`), or none: then only the hard limit lowered by one tells.
@@ -140,12 +141,13 @@ class Kin:
 
     def band(self) -> tuple[int, int] | None:
         """Where every command's lineage lies, [low, high): LINEAGE_BASE's band, or under a
-        low hard limit N, [N/2, N), where a command beside it draws its own too (the eighty-
+        hard limit N below it (a low one, a command's own it is nested in, or one set by hand
+        in the band), [N/2, N), where a command beside it draws its own too (the eighty-
         seventh round: one under `ulimit -x 100000` killed another that a helper started);
         None where no family was drawn."""
         if self.family is None:
             return None
-        if LINEAGE_BASE <= self.family[0] < LINEAGE_TOP:
+        if self.before >= LINEAGE_TOP:
             return LINEAGE_BASE, LINEAGE_TOP
         return self.before // 2, self.before
 
@@ -160,18 +162,23 @@ def _grid(bits: int) -> int | None:
     return bits - (bits - LEAST_BITS) % NEST_BITS
 
 
-def family_of(value: int) -> tuple[int, int] | None:
-    """The family [low, high] whose top even value `value` is, or whose ranks' value (the
-    one below) it is; None where `value` is no such value (it is not a drawn lineage's).
+def family_of(value: int, least: int = NESTED_LEAST) -> tuple[int, int] | None:
+    """The family [low, high] of at least 2**least values whose top even value `value` is,
+    or whose ranks' value (the one below) it is; None where `value` is no such value.
 
         family_of(low + 2**bits - 2) == family_of(low + 2**bits - 3) == (low, low + 2**bits - 1)
-    """
+
+    Read as a lineage only from NESTED_LEAST bits up (a command started inside it nests in
+    it): one value in 2**NESTED_LEAST is read so by chance (a shell's `ulimit -x 65534`),
+    where an 8-value family's pattern is a quarter of all values (the eighty-ninth round: a
+    command under `ulimit -x 1000006` took itself for a nested one, and every command there
+    drew one of two values)."""
     if value < FAMILIES_LEAST << LEAST_BITS:  # (none is drawn below: `_top_drawn`)
         return None
     value += value % 2
     top = value + 2
     bits = _grid(min((top & -top).bit_length() - 1, FAMILY_BITS))
-    if bits is None:
+    if bits is None or bits < least:
         return None
     return top - (1 << bits), top - 1
 
@@ -198,11 +205,10 @@ def _drawn(hard: int) -> Drawn | None:
     if hard >= LINEAGE_TOP:
         return _top_drawn(LINEAGE_BASE, LINEAGE_TOP, FAMILY_BITS)
     outer = family_of(hard)
-    if outer is None and hard >= LINEAGE_BASE:  # lowered by hand in the band
-        low = hard >> FAMILY_BITS << FAMILY_BITS
-        outer = low, low + (1 << FAMILY_BITS) - 1
     if outer is not None:
         return _nested(outer, hard)
+    # (a low hard limit, or one set by hand in the band: families of its own below it, where a
+    # block of the band around it gave every command there one value, the eighty-ninth round)
     return _top_drawn(hard // 2, hard, _low_bits(hard))
 
 
@@ -261,7 +267,7 @@ def _family_for(value: int) -> tuple[int, int] | None:
     own = _LINEAGE["own"]
     if own is not None and own[0] == value:
         return own[1]
-    family = family_of(value)
+    family = family_of(value, LEAST_BITS)  # (a rank's: its command's, 8 values or more)
     if family is None and LINEAGE_BASE <= value < LINEAGE_TOP:
         low = value >> FAMILY_BITS << FAMILY_BITS
         family = low, low + (1 << FAMILY_BITS) - 1

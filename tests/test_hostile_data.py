@@ -9491,7 +9491,7 @@ def test_under_a_low_hard_limit_the_lineage_is_drawn_below_it():
     descends from the command is still told from what the shell had started (`exits.Kin`)."""
     from pipeplan import exits
 
-    for hard, drawn in ((100_000, True), (4_096, True), (2_000, False), (1, False)):
+    for hard, drawn in ((100_000, True), (4_096, True), (2_000, False), (1, False), (2**21, True)):
         done = subprocess.run(
             [sys.executable, "-c", LOW_HARD_LIMIT.format(hard=hard)], capture_output=True,
             text=True, timeout=50, cwd=Path(cli.__file__).resolve().parent,
@@ -9513,14 +9513,23 @@ def test_under_a_low_hard_limit_the_lineage_is_drawn_below_it():
             other = next(v for v, _ in filter(None, others) if not low <= v <= high)
             assert not kin.kin((other, other)) and not kin.kin((other - 1, other - 1))
             # a command its data code starts (the eighty-eighth round: one drawn a family of
-            # its own in [value/2, value) was taken for another command's, and left)
-            for _ in range(50):
+            # its own in [value/2, value) was taken for another command's, and left), where
+            # the family holds smaller ones (of 2**NESTED_LEAST values and more)
+            nests = high - low + 1 >= 2**exits.NESTED_LEAST
+            assert nests == (hard == 2**21)
+            for _ in range(50 if nests else 0):
                 inner, inner_family = exits._drawn(value)
                 assert inner < value - 1 and low <= inner_family[0] <= inner_family[1] <= high
                 assert kin.kin((inner, inner)) and kin.kin((inner - 1, inner - 1))
         assert int(before) == hard
         # what it starts, whatever it lowers, is its; what had the hard limit before is not
         assert kin.kin((0, 0)) and not kin.kin((hard, hard)) and not kin.kin(None)
+    # a hard limit only looks like a lineage (`ulimit -x` of N ≡ 5 or 6 mod 8: an 8-value
+    # family's pattern) is read as none (the eighty-ninth round: every command under it drew
+    # one of two values, and one ended another's ranks' leftovers)
+    for hard in (1_000_006, 2_054, 8_000_000_000_000_000_006, 7_000_001_230_177_042_532):
+        drawn = {exits._drawn(hard) for _ in range(200)}
+        assert None in drawn or len(drawn) > 150, (hard, len(drawn))
     # a command inside another (its hard limit a lineage value) draws a smaller family inside
     # the outer one, below its hard limit: one of 255, each told from the others (the eighty-
     # eighth round: one a job script ran killed another that the script's helper started)
