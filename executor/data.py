@@ -2963,6 +2963,7 @@ RANK_STATE = frozenset(
         "pipeplan.runfiles._NOTICED",
         "pipeplan.solver._FAMILIES",
         "pipeplan.solver._LINKS",
+        "pipeplan.solver._ROOTS",
         "pipeplan.solver._SHAPES",
         "pipeplan.startup._arrivals",
         "pipeplan.startup._pipe_read",
