@@ -1146,12 +1146,9 @@ def test_a_long_models_uncached_prefix_is_planned_on_forward_only_stages_too(mon
     assert plan.predicted_total_s < 0.6 * 248.2
 
 
-@pytest.mark.timeout(120)
-def test_a_stage_pin_past_what_stage_0_leaves_is_planned_on_forward_only_stages():
-    """Found by the eighty-eighth round: on a model of over DENSE_MAX_LAYERS layers with an
-    uncached frozen prefix, `--stages 4` was refused as "more than the 3 stages possible":
-    the first search keeps the prefix in stage 0, and only a layout that did not fit was
-    searched again with forward-only stages. A pin it refuses is searched so too."""
+def _long_model_on_2x3() -> tuple:
+    """A 202-layer synthetic model on 2 × 3 devices of 8 GiB, and a one-epoch uncached shape:
+    round 88 a's and 89 a's."""
     from pipeplan.synthetic import synthetic_profile, transformer_layers
 
     layers = transformer_layers(num_blocks=200, hidden=256, seq_len=64, vocab=30522)
@@ -1160,6 +1157,16 @@ def test_a_stage_pin_past_what_stage_0_leaves_is_planned_on_forward_only_stages(
         nodes=2, devices_per_node=3, intra_bw="10GB/s", device_memory="8GiB"
     )
     shape = {"global_batch": 16, "samples": 800, "epochs": 1, "cache": False}
+    return profile, cluster, shape
+
+
+@pytest.mark.timeout(120)
+def test_a_stage_pin_past_what_stage_0_leaves_is_planned_on_forward_only_stages():
+    """Found by the eighty-eighth round: on a model of over DENSE_MAX_LAYERS layers with an
+    uncached frozen prefix, `--stages 4` was refused as "more than the 3 stages possible":
+    the first search keeps the prefix in stage 0, and only a layout that did not fit was
+    searched again with forward-only stages. A pin it refuses is searched so too."""
+    profile, cluster, shape = _long_model_on_2x3()
     freeze = list_schedule([199], 1, 200)
     plan = make_plan(profile, cluster, freeze=freeze, pins=Pins(num_stages=4), **shape)
     layout = plan.phases[0].layout
@@ -1179,14 +1186,8 @@ def test_a_search_pruned_at_a_layout_the_caller_holds_stops_at_its_limit_with_it
     import re
 
     from pipeplan import solver
-    from pipeplan.synthetic import synthetic_profile, transformer_layers
 
-    layers = transformer_layers(num_blocks=200, hidden=256, seq_len=64, vocab=30522)
-    profile = synthetic_profile(layers, name="s", hidden=256, device_memory_bytes=80 << 30)
-    cluster = cluster_from_flags(
-        nodes=2, devices_per_node=3, intra_bw="10GB/s", device_memory="8GiB"
-    )
-    shape = {"global_batch": 16, "samples": 800, "epochs": 1, "cache": False}
+    profile, cluster, shape = _long_model_on_2x3()
     freeze = list_schedule([100], 1, 200)
     pins = Pins(num_stages=4, micro_batches=2)
     with caplog.at_level(logging.INFO, logger="pipeplan"):
