@@ -2175,15 +2175,11 @@ class _Run:
             if bound < limit and key not in self.roots and key != (shape, schedule)
         ]
         self.work += WORK_PER_TABLE_STAGE * shape.num_stages
-        known = self.phase.known_roots()
-        if (shape, schedule) in known:  # (its batch's others were bounded with it)
-            for key in waiting:
-                if key in known:
-                    self.roots[key] = known[key]
-            if all(key in self.roots for key in waiting):
-                return
-            waiting = [key for key in waiting if key not in self.roots]
-            shape, schedule = waiting[0]
+        known = self.phase.known_roots()  # (those another search of the phase bounded)
+        self.roots.update((key, known[key]) for key in waiting if key in known)
+        waiting = [key for key in waiting if key not in self.roots]
+        if not waiting:
+            return
         spaces = [self.space(*key) for key in waiting]
         shapes = [shape for shape, _ in waiting]  # both schedules share three tables
         kept: dict[int, dict[str, np.ndarray]] = {}
