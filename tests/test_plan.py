@@ -1258,6 +1258,36 @@ def test_an_uncached_search_stopped_against_the_cached_choice_is_a_stop_said(cap
     assert "stopped at its work limit in 2 of 3 phase searches" in caplog.text
 
 
+@pytest.mark.timeout(180)
+def test_a_widening_search_cut_short_is_a_cut_said_with_a_bound_that_holds(caplog):
+    """Found by the eighty-ninth round (c2): the schedule-wide widening's searches for more
+    candidate layouts (`layouts_within`) stopped at their work limit, and the plan, 5.5 %
+    slower than the same command with `--boundaries`, said nothing. Such a stop is a cut of
+    the schedule line, with a bound at or above that loss (a reference: the pinned plan)."""
+    import logging
+    import re
+
+    from pipeplan.synthetic import synthetic_profile, transformer_layers
+
+    layers = transformer_layers(num_blocks=100, hidden=256, seq_len=64, vocab=30522)
+    profile = synthetic_profile(layers, name="s", hidden=256, device_memory_bytes=80 << 30)
+    cluster = cluster_from_flags(
+        nodes=1, devices_per_node=4, intra_bw="10GB/s", inter_bw="1GB/s", device_memory="8GiB"
+    )
+    shape = {"global_batch": 16, "samples": 800, "epochs": 3}
+    freeze = list_schedule([50, 50, 99], 3, 100)
+    with caplog.at_level(logging.INFO, logger="pipeplan"):
+        plan = make_plan(profile, cluster, freeze=freeze, **shape)
+    pinned = make_plan(
+        profile, cluster, freeze=freeze, **shape, pins=Pins(boundaries=(0, 51, 67, 84, 102))
+    )
+    loss = plan.predicted_total_s / pinned.predicted_total_s - 1
+    assert loss > 0.05  # (5.5 %, observed by the tester)
+    said = re.search(r"cut short\): .* by at most ([0-9.]+) %", caplog.text)
+    assert said is not None, caplog.text  # (it said nothing)
+    assert float(said.group(1)) / 100 >= loss
+
+
 def test_the_schedule_line_counts_one_move_as_one(caplog):
     """Found by the eighty-eighth round: "sought no other ranks for 1 moves"."""
     from pipeplan.plan import _ScheduleWork
