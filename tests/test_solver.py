@@ -1698,7 +1698,7 @@ def test_a_phase_searched_again_bounds_its_roots_once_and_plans_the_same(monkeyp
 
     profile = preset_profile("bert-base", num_blocks=20)
     cluster = cluster_from_flags(
-        nodes=4, devices_per_node=8, intra_bw="10GB/s", inter_bw="1GB/s", device_memory="16GiB"
+        nodes=2, devices_per_node=8, intra_bw="10GB/s", inter_bw="1GB/s", device_memory="16GiB"
     )
     freeze = list_schedule([0, 5, 10, 15], 4, 20)
     real = solver.root_bounds
@@ -1719,4 +1719,4 @@ def test_a_phase_searched_again_bounds_its_roots_once_and_plans_the_same(monkeyp
     monkeypatch.setattr(solver.PhaseSearch, "known_roots", lambda self: {})
     afresh, bounded_afresh = planned()
     assert once == afresh
-    assert bounded_once < 0.6 * bounded_afresh  # (6,545 roots against 15,840, observed)
+    assert bounded_once < 0.6 * bounded_afresh  # (2,628 roots against 5,931, observed)
