@@ -85,9 +85,12 @@ NEST_BITS = 8
 LEAST_BITS = 3  # (8 values: the top even one, the ranks' below it, nested commands' below that)
 NESTED_LEAST = LEAST_BITS + NEST_BITS  # the least family a hard limit is read as (`family_of`)
 # Under a low hard limit (`ulimit -x N`: a container's, a site's) the families are drawn in
-# [N/2, N), at least this many of them (two commands alike in one end each other's ranks'
-# leftovers: `leftovers.end_marked`), or none: then only the hard limit lowered by one tells.
-FAMILIES_LEAST = 256
+# [N/2, N), this many of them where they fit (two commands alike in one end each other's
+# ranks' leftovers: `leftovers.end_marked`), each of 2**NESTED_LEAST values or more, that a
+# command nested in one reads as such (the ninetieth round: under 8-value families, drawn
+# below 2**20, a command the data code started drew a family of its own and was left), as
+# many as fit where fewer do, or none: then only the hard limit lowered by one tells.
+FAMILIES_WANTED = 256
 _LINEAGE: dict[str, Any] = {"own": None, "marked": None, "kin": None}
 
 
@@ -173,7 +176,7 @@ def family_of(value: int, least: int = NESTED_LEAST) -> tuple[int, int] | None:
     where an 8-value family's pattern is a quarter of all values (the eighty-ninth round: a
     command under `ulimit -x 1000006` took itself for a nested one, and every command there
     drew one of two values)."""
-    if value < FAMILIES_LEAST << LEAST_BITS:  # (none is drawn below: `_top_drawn`)
+    if value < 1 << NESTED_LEAST:  # (none is drawn below: `_low_bits`)
         return None
     value += value % 2
     top = value + 2
@@ -184,9 +187,10 @@ def family_of(value: int, least: int = NESTED_LEAST) -> tuple[int, int] | None:
 
 
 def _low_bits(hard: int) -> int:
-    """A family's bits under a low hard limit: FAMILIES_LEAST of them and more in [N/2, N)."""
-    bits = (hard // 2).bit_length() - FAMILIES_LEAST.bit_length()
-    return _grid(min(FAMILY_BITS, max(LEAST_BITS, bits))) or LEAST_BITS
+    """A family's bits under a low hard limit: FAMILIES_WANTED of them and more in [N/2, N),
+    2**NESTED_LEAST values at least."""
+    bits = (hard // 2).bit_length() - FAMILIES_WANTED.bit_length()
+    return _grid(min(FAMILY_BITS, max(NESTED_LEAST, bits))) or NESTED_LEAST
 
 
 def _random(n: int) -> int:
@@ -201,7 +205,7 @@ def _drawn(hard: int) -> Drawn | None:
     """A lineage value a command marks itself with under hard limit `hard`, and its family:
     a family's top even value, drawn in the band (or, under a low hard limit, in
     [hard/2, hard)); inside another command's lineage one of the blocks of that family below
-    `hard` (`_nested`); None where that range holds under FAMILIES_LEAST families."""
+    `hard` (`_nested`); None where that range holds no family."""
     if hard >= LINEAGE_TOP:
         return _top_drawn(LINEAGE_BASE, LINEAGE_TOP, FAMILY_BITS)
     outer = family_of(hard)
@@ -230,12 +234,14 @@ def _nested(outer: tuple[int, int], hard: int) -> Drawn:
 def _top_drawn(low: int, high: int, bits: int) -> Drawn | None:
     """The top even value of a family of 2**bits drawn among those wholly in [low, high)
     whose value + 2 is no multiple of 2**(bits + NEST_BITS) (`family_of` would read a larger
-    one), and the family; None where they are under FAMILIES_LEAST."""
+    one), and the family; None where there is none."""
     first, last = -(-low >> bits), (high >> bits) - 1
-    if last - first + 1 < FAMILIES_LEAST:
+    if last < first:
         return None
     index = first + _random(last - first + 1)
-    if (index + 1) % (1 << NEST_BITS) == 0:  # (its neighbour: FAMILIES_LEAST are in range)
+    if (index + 1) % (1 << NEST_BITS) == 0:  # (its neighbour, where there is one, is not)
+        if first == last:
+            return None
         index += -1 if index > first else 1
     block = index << bits
     return block + (1 << bits) - 2, (block, block + (1 << bits) - 1)
