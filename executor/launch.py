@@ -985,9 +985,15 @@ def _check_disk_writable(path: Path) -> None:
     """
     where = _nearest_folder(path)
     try:
-        read_only = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+        found = os.statvfs(where)
     except OSError:
         return
+    if found.f_blocks == 0:  # (the ninetieth round: `--runs-dir /proc` was told to free space)
+        raise OutputError(
+            f"{path}: the file system holding it keeps no files (as /proc and /sys): give a "
+            "folder on a disk"
+        )
+    read_only = bool(found.f_flag & os.ST_RDONLY)
     if read_only or not os.access(where, os.W_OK):
         why = os.strerror(errno.EROFS if read_only else errno.EACCES)
         if os.path.lexists(path):

@@ -52,10 +52,16 @@ _BYTE_UNITS = {
     "mib": 2**20,
     "gib": 2**30,
     "tib": 2**40,
+    "pb": 10**15,  # (up to MAX_BYTES, 2**60: the ninetieth round found 1PiB an unknown unit)
+    "pib": 2**50,
+    "eb": 10**18,
+    "eib": 2**60,
     "k": 10**3,
     "m": 10**6,
     "g": 10**9,
     "t": 10**12,
+    "p": 10**15,
+    "e": 10**18,
 }
 # A unit is quoted at most this long: the value quoted beside it shows the rest.
 UNIT_SHOWN = 20

@@ -21,6 +21,7 @@ resume). `build` constructs the model; a validation error becomes one line namin
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import types
 from collections.abc import Callable
@@ -137,12 +138,19 @@ def number(text: Any, kind: Any, spelling: str) -> Any:
                 f"{spelling}: {quoted(text)} has a leading zero; write {excerpt(unpadded(text))}"
             )
         raise BadArgumentError(
-            f"{spelling}: expected a number like 0.3, 1e-3 or -2 in digits 0-9, not {quoted(text)}"
+            f"{spelling}: expected a number like 0.3 or 1e-3 in digits 0-9, not {quoted(text)}"
         )
     try:
         value = TypeAdapter(float).validate_python(text)  # what typer read before: 1e-3, .5
     except ValidationError as exc:
         raise BadArgumentError(f"{spelling}: {exc.errors()[0]['msg']}") from None
+    if not math.isfinite(value):  # ('1e400' reads as inf)
+        raise BadArgumentError(f"{spelling}: {quoted(text)} is beyond a float's range (1.8e308)")
+    if value == 0 and re.search("[1-9]", text.split("e")[0].split("E")[0]):
+        # (the ninetieth round: '--alpha 1e-400' was refused as "got 0.0")
+        raise BadArgumentError(
+            f"{spelling}: {quoted(text)} is too small for a float (it reads as 0)"
+        )
     if value == 0 and text.startswith("-"):  # '+0.3' is refused; a signed zero is its twin
         raise BadArgumentError(f"{spelling}: {quoted(text)} has a sign on 0; write 0")
     return value

@@ -4249,3 +4249,52 @@ def test_a_renamed_tensor_stored_as_integers_is_refused_by_its_file_name(tmp_pat
     file = model / "model.safetensors"
     said = f"{file}: tensor {name} is stored as I32 but the model's is floating (float32)"
     refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, said)
+
+
+@pytest.mark.parametrize(
+    "value, said",
+    [
+        ("1e-400", "--alpha: '1e-400' is too small for a float (it reads as 0)"),
+        ("1e400", "--alpha: '1e400' is beyond a float's range (1.8e308)"),
+        ("nan", "--alpha: expected a number like 0.3 or 1e-3 in digits 0-9, not 'nan'"),
+    ],
+)
+def test_a_float_flag_past_a_floats_range_says_so(tmp_path, capsys, value, said):
+    """Found by the ninetieth round: `--alpha 1e-400` was refused as "(got 0.0)", a value
+    never typed, and every float flag offered -2 as an example, also where it refuses it."""
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps(PROFILE))
+    argv = ["plan", "--profile", str(profile), *PREVIEW, "--alpha", value, "-o", "o.json"]
+    refused(argv, tmp_path, capsys, said)
+
+
+def test_sizes_in_peta_and_exa_bytes_are_read_up_to_the_limit(tmp_path, capsys):
+    """Found by the ninetieth round: `--device-memory 1PiB` was "unknown unit 'PiB'", though
+    sizes reach 2**60 bytes and bandwidths took P."""
+    from pipeplan.cluster import parse_bytes
+
+    assert parse_bytes("1PiB") == 2**50 and parse_bytes("2PB") == 2 * 10**15
+    assert parse_bytes("1EiB") == 2**60 and parse_bytes("1EB") == 10**18
+    assert parse_bytes("0.5P") == 5 * 10**14
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps(PROFILE))
+    argv = ["plan", "--profile", str(profile), *PREVIEW, "--device-memory", "2EiB"]
+    refused([*argv, "-o", "o.json"], tmp_path, capsys, "'2EiB' is outside 0..1.15292e+18 bytes")
+    assert cli.main([*argv[:-1], "1PiB", "-o", str(tmp_path / "o.json")]) == 0
+    assert load(Plan, tmp_path / "o.json").inputs.cluster.device_memory_bytes == 2**50
+
+
+def test_a_profile_of_a_model_without_a_name_is_refused_as_it_is_read(tmp_path, capsys):
+    """Found by the ninetieth round: a profile whose model.name was "" planned and previewed;
+    only `run` refused it ("profiles '', not the model 'vit-digits'")."""
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps(with_path(PROFILE, ("model", "name"), "")))
+    argv = ["plan", "--profile", str(profile), *PREVIEW, "-o", str(tmp_path / "o.json")]
+    refused(argv, tmp_path, capsys, (str(profile), "model.name"))
+
+
+def test_runs_in_a_file_system_that_keeps_no_files_are_refused_as_such(tmp_path, capsys):
+    """Found by the ninetieth round: `run --runs-dir /proc` was told the disk holding it had
+    nothing free, and to free some space."""
+    argv = ["run", "--runs-dir", "/proc", "--name", "x", "--epochs", "1"]
+    refused(argv, tmp_path, capsys, "/proc: the file system holding it keeps no files")

@@ -85,7 +85,9 @@ PRECISION_DTYPE: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 class ModelInfo(Strict):
-    name: Text = Field(description="Built-in name or the config path the model was built from.")
+    name: Text = Field(
+        min_length=1, description="Built-in name or the config path the model was built from."
+    )
     family: Literal["bert", "roberta", "distilbert", "electra", "vit", "deit", "gpt2", "llama"]
     config: dict[str, Any] = Field(description="The exact transformers config (to_dict()).")
     input_shape: list[Count] = Field(description="Shape of one sample's input, without batch.")
