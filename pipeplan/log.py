@@ -387,6 +387,13 @@ def setup(rank: int | None = None, debug: bool = False, stream=None) -> logging.
     handler.fixed = stream
     handler.setFormatter(_Bounded(f"pipeplan: {where}%(levelname)s: %(message)s"))
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
+    # matplotlib logs, at its import, where it keeps its cache when the user's config folder
+    # cannot hold it (a read-only HOME): with no handler of its own, Python's last-resort one
+    # printed two lines before `wrote 4 plots` (the ninetieth round); what pipeplan draws
+    # is its files, and its own warnings say what went wrong with them.
+    quiet = logging.getLogger("matplotlib")
+    if not any(isinstance(h, logging.NullHandler) for h in quiet.handlers):
+        quiet.addHandler(logging.NullHandler())
     return logger
 
 
@@ -401,12 +408,14 @@ def setup_restored() -> Iterator[None]:
         with setup_restored():
             setup()   # undone after the block
     """
-    logger = logging.getLogger(LOGGER)
+    logger, quiet = logging.getLogger(LOGGER), logging.getLogger("matplotlib")
     handlers, level, propagate = logger.handlers[:], logger.level, logger.propagate
     formats = {h: (h.formatter, h.fixed) for h in handlers if isinstance(h, _Stderr)}
+    quiet_handlers = quiet.handlers[:]  # (`setup` quiets matplotlib: the caller's is its own)
     try:
         yield
     finally:
+        quiet.handlers = quiet_handlers
         logger.handlers = handlers
         logger.setLevel(level)  # also clears the loggers' cached levels
         logger.propagate = propagate

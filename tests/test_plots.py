@@ -614,3 +614,33 @@ def test_the_timeline_of_a_many_stage_phase_holds_the_drawn_stages_only(tmp_path
     plot_timeline(timeline, tmp_path / "phase0-step.png", "phase 0")
     assert time.process_time() - t0 < 15.0
     assert_png(tmp_path / "phase0-step.png")
+
+
+def test_plots_where_matplotlib_cannot_keep_its_cache_print_no_line_of_its_own(tmp_path: Path):
+    """Found by the ninetieth round: under a read-only HOME (here MPLCONFIGDIR=/dev/null, which
+    matplotlib cannot make a folder of) `preview --plot` printed matplotlib's two lines about
+    the temporary cache folder it made before `wrote 4 plots`. An API caller's matplotlib
+    logger is left as it was."""
+    import os
+    import subprocess
+    import sys
+
+    import cli
+    from pipeplan import log
+
+    root = Path(cli.__file__).resolve().parent
+    profile = root / "profiles" / "bert-tiny@cpu-1t.json"
+    argv = ["preview", "--profile", str(profile), "--epochs", "3", "--samples", "2000"]
+    env = {**os.environ, "MPLCONFIGDIR": "/dev/null"}
+    done = subprocess.run(
+        [sys.executable, str(root / "cli.py"), *argv, "--plot", str(tmp_path / "p")],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [f"wrote 4 plots to {tmp_path / 'p'}"], done.stderr
+    quiet = logging.getLogger("matplotlib")
+    before = quiet.handlers[:]
+    with log.setup_restored():
+        log.setup()
+        assert any(isinstance(h, logging.NullHandler) for h in quiet.handlers)
+    assert quiet.handlers == before
