@@ -442,7 +442,7 @@ def bench_speed(big: bool, repeats: int) -> None:
     )
     # The schedule-wide choice's widening (`plan._widened`) apart: the same plan without it.
     widened = plan_module._widened
-    plan_module._widened = lambda *args, **kwargs: ([], True)
+    plan_module._widened = lambda *args, **kwargs: ([], True, 0)
     try:
         unwidened, same = timed_plan(
             profile, cluster, repeats, global_batch=512, samples=100_000, epochs=10, freeze=freeze

@@ -1292,11 +1292,15 @@ def test_a_widening_search_not_run_for_the_widenings_work_is_a_cut_said(caplog, 
     """Found by the ninetieth round: once the widening's work (WIDENING_WORK) was spent, its
     other searches were skipped and counted nowhere: 12 plans of 86 said nothing of the cut.
     Each is counted with those cut short, and the bound holds against the plan with the
-    widening's work lifted."""
+    widening's work lifted. (Its work here held to a fifth of what the phase searches did:
+    at WIDENING_WORK_LEAST it lists them all.)"""
     import logging
 
     from pipeplan import plan as planning
     from pipeplan.synthetic import synthetic_profile, transformer_layers
+
+    monkeypatch.setattr(planning, "WIDENING_WORK", 0.2)
+    monkeypatch.setattr(planning, "WIDENING_WORK_LEAST", 0)
 
     layers = transformer_layers(num_blocks=10, hidden=512, seq_len=64, vocab=30522)
     profile = synthetic_profile(layers, name="s", hidden=512, device_memory_bytes=80 << 30)
@@ -1312,6 +1316,11 @@ def test_a_widening_search_not_run_for_the_widenings_work_is_a_cut_said(caplog, 
     assert said is not None, caplog.text  # (it said nothing)
     monkeypatch.setattr(planning, "WIDENING_WORK", 10**13)
     lifted = make_plan(profile, cluster, freeze=freeze, **shape)
+    monkeypatch.undo()
+    with caplog.at_level(logging.INFO, logger="pipeplan"):
+        caplog.clear()
+        assert make_plan(profile, cluster, freeze=freeze, **shape) == lifted
+    assert "candidates cut short or not run" not in caplog.text
     assert plan.predicted_total_s <= lifted.predicted_total_s * (1 + float(said.group(2)) / 100)
 
 
