@@ -31,7 +31,7 @@ from executor.parallel import StepMean
 from executor.planning import shipped_profile
 from pipeplan import models
 from pipeplan.cluster import format_bytes, parse_bandwidth
-from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.errors import BadArgumentError, InputFileError, OutputError
 from pipeplan.formats import Plan, Profile, RunConfig, load
 from pipeplan.formats.base import MAX_BANDWIDTH, MIN_BANDWIDTH
 
@@ -4298,3 +4298,34 @@ def test_runs_in_a_file_system_that_keeps_no_files_are_refused_as_such(tmp_path,
     nothing free, and to free some space."""
     argv = ["run", "--runs-dir", "/proc", "--name", "x", "--epochs", "1"]
     refused(argv, tmp_path, capsys, "/proc: the file system holding it keeps no files")
+
+
+def test_no_command_writes_into_the_shipped_profiles(tmp_path, capsys):
+    """Found by the ninety-first round: `profile --out profiles/vit-digits@cpu-1t.json` and
+    `calibrate -o` onto it replaced the profile every later run read by default, silently."""
+    from executor.planning import profiles_dir
+    from pipeplan.fileio import check_writable
+
+    shipped = profiles_dir()
+    said = "is in the folder of profiles pipeplan ships, which runs read by default"
+    with pytest.raises(OutputError, match=said):  # (not through a command: kept whole if not)
+        check_writable(shipped / "vit-digits@cpu-1t.json")
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps(PROFILE))
+    out = shipped / f"pipeplan-test-{os.getpid()}.json"  # (a new file, removed if written)
+    try:
+        argv = ["profile", "vit-digits", "--warmup", "1", "--repeats", "1", "--out", str(out)]
+        refused(argv, [shipped, tmp_path], capsys, (str(out), said))
+        argv = ["plan", "--profile", str(profile), *PREVIEW, "-o", str(out)]
+        refused(argv, [shipped, tmp_path], capsys, (str(out), said))
+    finally:
+        out.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("lr", ["1e38", "1e300", "10.5"])
+def test_a_learning_rate_past_its_bound_is_refused_before_a_rank_starts(tmp_path, capsys, lr):
+    """Found by the ninety-first round: `--lr 1e38` passed, and the ranks failed on torch's
+    float32 overflow inside AdamW, leaving a run folder that had to be deleted."""
+    argv = ["run", "--runs-dir", str(tmp_path / "runs"), "--name", "x", "--lr", lr]
+    refused(argv, tmp_path, capsys, "--lr: Input should be less than or equal to 10")
+    assert not (tmp_path / "runs" / "x").exists()

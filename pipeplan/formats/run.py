@@ -302,7 +302,9 @@ class RunConfig(Versioned):
     max_steps_per_epoch: Annotated[Steps | None, Flag(default="no cap")] = Field(
         None, description="Cap on the steps of an epoch, for quick runs."
     )
-    lr: float = Field(1e-3, gt=0, description="Peak learning rate (AdamW).")
+    # (at most 10: past float32's range the ranks failed on torch's overflow, the ninety-first
+    # round, and AdamW past 1 already diverges at its first steps)
+    lr: float = Field(1e-3, gt=0, le=10, description="Peak learning rate (AdamW), at most 10.")
     weight_decay: NonNegFloat = Field(
         0.01, description="AdamW weight decay, on every trainable parameter."
     )
