@@ -83,7 +83,7 @@ from pipeplan.exits import (
     is_command_process,
     lineage_kept,
 )
-from pipeplan.fileio import identity, stops_deferred
+from pipeplan.fileio import entry_kind, identity, stops_deferred
 from pipeplan.formats.base import MAX_SAMPLES, file_state
 from pipeplan.log import write_line
 from pipeplan.startup import SIGNALS, signal_name
@@ -5765,7 +5765,12 @@ def _import(target: str, spec: str) -> Any:
         if names_a_file(target):
             path = Path(target)
             if not path.is_file():
-                raise BadArgumentError(f"data {quoted(spec)}: no such file {target}")
+                # (what is there instead: "no such file /dev/null" misled, the ninety-first round)
+                try:
+                    there = f"{target} is {entry_kind(path.stat().st_mode)}, not a Python file"
+                except OSError:
+                    there = f"no such file {target}"
+                raise BadArgumentError(f"data {quoted(spec)}: {there}")
             name = f"_pipeplan_data_{path.stem}"
             module_spec = importlib.util.spec_from_file_location(name, path)
             if module_spec is None or module_spec.loader is None:

@@ -338,6 +338,12 @@ def test_user_import_errors(tmp_path, bert):
     _one_line_error(D.load_data, f"{tmp_path}/absent.py:f", bert, match="no such file")
     (tmp_path / "notes.txt").write_text("hello")
     _one_line_error(D.load_data, f"{tmp_path}/notes.txt:f", bert, match="not a Python file")
+    # what is there instead of a file (the ninety-first round: "no such file /dev/null")
+    (tmp_path / "folder.py").mkdir()
+    said = f"{tmp_path}/folder.py is a directory, not a Python file"
+    _one_line_error(D.load_data, f"{tmp_path}/folder.py:f", bert, match=said)
+    said = "/dev/null is a character device, not a Python file"
+    _one_line_error(D.load_data, "/dev/null:f", bert, match=said)
     message = _one_line_error(D.load_data, "no_such_module_xyz:f", bert, match="cannot import")
     assert "no_such_module_xyz:f" in message
     _one_line_error(D.load_data, "some_module:", bert, match="module:function")
