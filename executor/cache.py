@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipeplan.cluster import size_text
 from pipeplan.errors import OutputError
 from pipeplan.fileio import write_failure
 from pipeplan.formats.checkpoint import CACHE_MANIFEST_FORMAT
@@ -113,7 +114,7 @@ def memory_dir_for(fallback: Path, need_bytes: int, root: Path = SHM) -> Path:
         return fallback
     if free.f_bavail * free.f_frsize < need_bytes:
         logger.info(
-            "%s has less than %d bytes free: cache rows under %s", root, need_bytes, fallback
+            "%s has less than %s free: cache rows under %s", root, size_text(need_bytes), fallback
         )
         return fallback
     pid = os.getpid()

@@ -1435,7 +1435,7 @@ def _input(
 ) -> tuple[tuple[int, ...], torch.dtype]:
     if family.kind == "image":
         if explicit:
-            raise InputFileError("--seq-len applies to text models only; images are fixed size")
+            raise BadArgumentError("--seq-len applies to text models only; images are fixed size")
         return (config.num_channels, config.image_size, config.image_size), torch.float32
     longest = _max_len(family, config)
     seq_len = seq_len or min(DEFAULT_SEQ_LEN, longest)
