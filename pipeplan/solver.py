@@ -236,8 +236,10 @@ class PlanWork:
             else f"at most {percent_at_most(best_s / lower_s - 1)} above its optimum"
         )  # fmt: skip
         log.info(
+            # (a phase is searched cached and uncached, and again for other pins: the widest
+            # search's layout may be one the plan does not use, the ninety-first round)
             "layout search stopped at its work limit in %d of %d phase searches: each best "
-            "layout %s (the widest: best step %.6g s)",
+            "layout %s (the widest: a search whose best step is %.6g s, in the plan or not)",
             len(stopped),
             len(self.stops),
             bound,
