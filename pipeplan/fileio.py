@@ -70,11 +70,7 @@ def check_writable(
     for source in filter(None, inputs):
         if path.exists() and Path(source).is_file() and os.path.samefile(path, source):
             raise OutputError(f"{path}: is also an input of this command; write elsewhere")
-    if _in_shipped_profiles(path):
-        raise OutputError(
-            f"{path}: is in the folder of profiles pipeplan ships, which runs read by default; "
-            "write elsewhere"
-        )
+
     if not parent.is_dir():
         raise OutputError(f"{path}: {_no_folder(parent)}")
     # Every stop held from the probe's making to its removal: one landing between them left
@@ -89,19 +85,25 @@ def check_writable(
     return path
 
 
-def _in_shipped_profiles(path: Path) -> bool:
-    """Whether `path` lies in the shipped profiles' folder (the `profiles` package). Found by
-    the ninety-first round: `profile --out profiles/vit-digits@cpu-1t.json` from a checkout
-    replaced the profile every later run read by default, with no word; those runs then
-    warned, and trained other weights."""
+def _check_not_shipped(path: str | Path) -> None:
+    """OutputError where `path` is or lies in the shipped profiles' folder (the `profiles`
+    package), at any depth, as spelled or through links. Found by the ninety-first round:
+    `profile --out profiles/vit-digits@cpu-1t.json` from a checkout replaced the profile every
+    later run read by default, with no word (those runs then warned, and trained other
+    weights); and the ninety-second: plots and exports went into folders inside it."""
     try:
         shipped = Path(str(resources.files("profiles"))).resolve()
     except (ImportError, TypeError, OSError):  # (none installed: nothing to keep)
-        return False
+        return
     try:
-        return Path(os.path.abspath(path)).parent.resolve() == shipped
-    except OSError:
-        return False
+        real = Path(path).resolve()
+    except (OSError, RuntimeError):  # (a link loop: the path as spelled)
+        real = Path(os.path.abspath(path))
+    if any(p.is_relative_to(shipped) for p in (Path(os.path.abspath(path)), real)):
+        raise OutputError(
+            f"{path}: is in the folder of profiles pipeplan ships, which runs read by default; "
+            "write elsewhere"
+        )
 
 
 # Why an output that is a symbolic link is refused, whatever it points at (a file, nothing, a
@@ -255,6 +257,7 @@ def check_outside_runs(path: str | Path) -> None:
         check_outside_runs("runs/ft/plots")                       # OutputError (17th round)
         check_outside_runs("runs/plan.json")                      # fine: runs/ is no run
     """
+    _check_not_shipped(path)  # (every output a user names comes here)
     run = enclosing_run(path)
     if run is None:
         return

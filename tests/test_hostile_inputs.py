@@ -4288,9 +4288,10 @@ def test_a_profile_of_a_model_without_a_name_is_refused_as_it_is_read(tmp_path, 
     """Found by the ninetieth round: a profile whose model.name was "" planned and previewed;
     only `run` refused it ("profiles '', not the model 'vit-digits'")."""
     profile = tmp_path / "p.json"
-    profile.write_text(json.dumps(with_path(PROFILE, ("model", "name"), "")))
-    argv = ["plan", "--profile", str(profile), *PREVIEW, "-o", str(tmp_path / "o.json")]
-    refused(argv, tmp_path, capsys, (str(profile), "model.name"))
+    for blank in ("", "   "):  # (the ninety-second round: spaces alone passed too)
+        profile.write_text(json.dumps(with_path(PROFILE, ("model", "name"), blank)))
+        argv = ["plan", "--profile", str(profile), *PREVIEW, "-o", str(tmp_path / "o.json")]
+        refused(argv, tmp_path, capsys, (str(profile), "model.name", "is blank"))
 
 
 def test_runs_in_a_file_system_that_keeps_no_files_are_refused_as_such(tmp_path, capsys):
@@ -4313,13 +4314,22 @@ def test_no_command_writes_into_the_shipped_profiles(tmp_path, capsys):
     profile = tmp_path / "p.json"
     profile.write_text(json.dumps(PROFILE))
     out = shipped / f"pipeplan-test-{os.getpid()}.json"  # (a new file, removed if written)
+    # folders inside it too (the ninety-second round: plots and a plan in profiles/__pycache__)
+    folder = shipped / f"pipeplan-test-{os.getpid()}"
     try:
         argv = ["profile", "vit-digits", "--warmup", "1", "--repeats", "1", "--out", str(out)]
         refused(argv, [shipped, tmp_path], capsys, (str(out), said))
         argv = ["plan", "--profile", str(profile), *PREVIEW, "-o", str(out)]
         refused(argv, [shipped, tmp_path], capsys, (str(out), said))
+        (folder / "sub").mkdir(parents=True)
+        inside = folder / "sub" / "p.json"
+        argv = ["plan", "--profile", str(profile), *PREVIEW, "-o", str(inside)]
+        refused(argv, [shipped, tmp_path], capsys, (str(inside), said))
+        argv = ["preview", "--profile", str(profile), *PREVIEW, "--plot", str(folder / "plots")]
+        refused(argv, [shipped, tmp_path], capsys, (str(folder / "plots"), said))
     finally:
         out.unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.parametrize("lr", ["1e38", "1e300", "10.5"])
@@ -4328,4 +4338,17 @@ def test_a_learning_rate_past_its_bound_is_refused_before_a_rank_starts(tmp_path
     float32 overflow inside AdamW, leaving a run folder that had to be deleted."""
     argv = ["run", "--runs-dir", str(tmp_path / "runs"), "--name", "x", "--lr", lr]
     refused(argv, tmp_path, capsys, "--lr: Input should be less than or equal to 10")
+    assert not (tmp_path / "runs" / "x").exists()
+
+
+@pytest.mark.parametrize("decay, lr", [("1e5", None), ("1e300", None), ("2", "0.5")])
+def test_a_weight_decay_that_is_no_decay_is_refused_before_a_rank_starts(
+    tmp_path, capsys, decay, lr
+):
+    """Found by the ninety-second round: `--weight-decay 1e5` passed, and the run diverged,
+    blaming `--lr`, and left a run folder. AdamW scales a weight by 1 − lr · weight_decay a
+    step: at or below 0 it is no decay."""
+    argv = ["run", "--runs-dir", str(tmp_path / "runs"), "--name", "x", "--weight-decay", decay]
+    argv += ["--lr", lr] if lr else []
+    refused(argv, tmp_path, capsys, f"--weight-decay {float(decay):g} with --lr")
     assert not (tmp_path / "runs" / "x").exists()

@@ -84,9 +84,17 @@ Precision = Literal["fp32", "bf16"]
 PRECISION_DTYPE: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16"}
 
 
+def _not_blank(name: str) -> str:
+    """A model's name, never blank (the ninetieth and ninety-second rounds: "" and " " planned
+    and previewed, and only `run` refused them)."""
+    if not name.strip():
+        raise ValueError(f"is blank ({name!r}): a profile names the model it measured")
+    return name
+
+
 class ModelInfo(Strict):
-    name: Text = Field(
-        min_length=1, description="Built-in name or the config path the model was built from."
+    name: Annotated[Text, AfterValidator(_not_blank)] = Field(
+        description="Built-in name or the config path the model was built from."
     )
     family: Literal["bert", "roberta", "distilbert", "electra", "vit", "deit", "gpt2", "llama"]
     config: dict[str, Any] = Field(description="The exact transformers config (to_dict()).")

@@ -507,6 +507,17 @@ class RunConfig(Versioned):
         return value
 
     @model_validator(mode="after")
+    def _decay_keeps_the_weights(self) -> RunConfig:
+        # AdamW scales each weight by 1 − lr · weight_decay a step: at 1 or more it is no
+        # decay (the ninety-second round: --weight-decay 1e5 diverged, blaming --lr)
+        if self.lr * self.weight_decay >= 1:
+            raise ValueError(
+                f"--weight-decay {self.weight_decay:g} with --lr {self.lr:g}: AdamW scales each "
+                "weight by 1 - lr x weight_decay every step, which must stay above 0; lower one"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _list_has_layers(self) -> RunConfig:
         if self.freeze == "list" and self.freeze_list is None:
             raise ValueError(
