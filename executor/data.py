@@ -155,6 +155,11 @@ def load_data(
         return text.tokenize(text.read_corpus(spec, seed), tokenizer, _needs_model(seq, spec))
     if is_user_code(spec):
         return _load_user(spec, seed)
+    with contextlib.suppress(OSError, ValueError):  # (what a path there is, ninety-second round)
+        there = f"{quoted(spec)} is {entry_kind(os.stat(spec).st_mode)}, not data: "
+        raise BadArgumentError(
+            f"data {there}give FILE.jsonl, FILE.csv, module:function or path/to/file.py:function"
+        )
     raise BadArgumentError(
         f"unknown data {quoted(spec)}; built-ins: {', '.join(BUILTINS)} "
         "(or FILE.jsonl, FILE.csv, module:function, or path/to/file.py:function)"

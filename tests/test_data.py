@@ -344,6 +344,8 @@ def test_user_import_errors(tmp_path, bert):
     _one_line_error(D.load_data, f"{tmp_path}/folder.py:f", bert, match=said)
     said = "/dev/null is a character device, not a Python file"
     _one_line_error(D.load_data, "/dev/null:f", bert, match=said)
+    # and a path with no function (the ninety-second round: "unknown data '/tmp'; built-ins")
+    _one_line_error(D.load_data, str(tmp_path), bert, match="is a directory, not data")
     message = _one_line_error(D.load_data, "no_such_module_xyz:f", bert, match="cannot import")
     assert "no_such_module_xyz:f" in message
     _one_line_error(D.load_data, "some_module:", bert, match="module:function")
