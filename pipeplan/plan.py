@@ -551,9 +551,11 @@ WIDEN_ALWAYS_PHASE_LAYERS = 128
 WIDENED_PER_SEARCH = 8
 WIDENED_MOST = 40
 WIDENING_WORK = 1.0
-# ... and at least this much a round: a small plan's phase searches do little work, and the
-# widening of 24 of 198 plans of the shipped profiles (vit-digits on 2 × 8 and up) ran out of
-# it, the ninetieth round (+10 % CPU there; no plan changed).
+# ... and at least this much a round for a short schedule of a short model (phases × layers
+# at most WIDEN_ALWAYS_PHASE_LAYERS): its phase searches do little work, and the widening of
+# 24 of 198 plans of the shipped profiles (vit-digits on 2 × 8 and up) ran out of it, the
+# ninetieth round (+10 % CPU there; no plan changed). Not for longer ones: there it cost up to
+# +78 % CPU and still ran out (the ninety-second round).
 WIDENING_WORK_LEAST = 4 * DEFAULT_WORK_LIMIT
 WIDENING_ROUNDS_GROW = 4
 WIDENED_PER_SEARCH_MOST = 32
@@ -637,10 +639,10 @@ def _widened(
     gap = BEAT_MARGIN if small else WIDEN_GAP
     if not all(math.isfinite(x) for x in least) or total_s - sum(least) <= gap * total_s:
         return [], True, 0  # no sequence is more than `gap` faster
-    # WIDENING_WORK times the work the phase searches did (WIDENING_WORK_LEAST at least), the
+    # WIDENING_WORK times the work the phase searches did (short: WIDENING_WORK_LEAST at least), the
     # phases of most epochs first.
     done = WIDENING_WORK * (work.limit - work.left)
-    until = max(0, work.left - max(done, WIDENING_WORK_LEAST))
+    until = max(0, work.left - max(done, WIDENING_WORK_LEAST if small else 0))
     found: list[list[Layout]] = []
     every_one, stopped = True, 0
     order = sorted(range(len(greedy)), key=lambda p: -greedy[p][1])

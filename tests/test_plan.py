@@ -994,7 +994,7 @@ def test_candidates_that_fill_the_evaluations_room_exactly_are_a_cut_said(monkey
         cut = make_plan(profile, cluster, **args)
     said = [r.getMessage() for r in caplog.records if "over the schedule" in r.getMessage()]
     assert len(said) == 1, caplog.text
-    assert re.search(r"\(weighed 12 of [0-9]+ candidate layouts\)", said[0]), said[0]
+    assert re.search(r"\(weighed 12 of [0-9]+ candidate layouts[;)]", said[0]), said[0]
     by = float(re.search(r"may be faster, by at most ([0-9.]+) %$", said[0]).group(1)) / 100
     assert cut.predicted_total_s > full.predicted_total_s  # (what was lost, said)
     assert 1 - full.predicted_total_s / cut.predicted_total_s <= by + 0.001  # (rounded)
