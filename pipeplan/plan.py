@@ -639,10 +639,11 @@ def _widened(
     gap = BEAT_MARGIN if small else WIDEN_GAP
     if not all(math.isfinite(x) for x in least) or total_s - sum(least) <= gap * total_s:
         return [], True, 0  # no sequence is more than `gap` faster
-    # WIDENING_WORK times the work the phase searches did (short: WIDENING_WORK_LEAST at least), the
-    # phases of most epochs first.
+    # WIDENING_WORK times the work the phase searches did (a phase search's at least; a
+    # short schedule's, WIDENING_WORK_LEAST), the phases of most epochs first.
     done = WIDENING_WORK * (work.limit - work.left)
-    until = max(0, work.left - max(done, WIDENING_WORK_LEAST if small else 0))
+    at_least = WIDENING_WORK_LEAST if small else WIDENING_WORK * DEFAULT_WORK_LIMIT
+    until = max(0, work.left - max(done, at_least))
     found: list[list[Layout]] = []
     every_one, stopped = True, 0
     order = sorted(range(len(greedy)), key=lambda p: -greedy[p][1])
