@@ -70,7 +70,6 @@ def check_writable(
     for source in filter(None, inputs):
         if path.exists() and Path(source).is_file() and os.path.samefile(path, source):
             raise OutputError(f"{path}: is also an input of this command; write elsewhere")
-
     if not parent.is_dir():
         raise OutputError(f"{path}: {_no_folder(parent)}")
     # Every stop held from the probe's making to its removal: one landing between them left
