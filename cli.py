@@ -6,8 +6,8 @@ from __future__ import annotations
 # ends with the command's line, not a traceback from inside an import (forty-eighth round).
 from pipeplan.startup import (  # isort: skip
     STOP_SIGNALS,
-    away_from_working_directory,
     first_arrived,
+    first_import_away,
     ignored,
     importing,
     stopped_by,
@@ -164,9 +164,9 @@ def schema(
 @options(ProfileRequest)
 def profile(given: dict[str, Any]) -> None:
     """Measure each layer's time and memory (and with --nproc the links) on this host."""
+    request = build(ProfileRequest, given)  # first: a refused option needs no torch
     from pipeplan.profiler import profile_to_file
 
-    request = build(ProfileRequest, given)
     columns = [TextColumn("profiling {task.description}"), BarColumn(), TimeRemainingColumn()]
     live = console.is_terminal  # a progress bar in a log file is noise
     with Progress(*columns, console=console, transient=True, disable=not live) as bar:
@@ -516,8 +516,6 @@ def run(
     ] = None,
 ) -> None:
     """Train for real: elastic pipeline × data parallel with AutoFreeze and AutoCache."""
-    from executor.launch import resume_run, start_run
-    from executor.task import MODEL_DIR
     from pipeplan.fileio import missing_folders
 
     if resume:
@@ -526,9 +524,13 @@ def run(
                 "--prepare-only prepares a new run; to resume under torchrun, start "
                 f"`-m executor.launch {resume} --resume` on every node"
             )
+        from executor.launch import resume_run
+
         run_dir, summary = resume_run(resume, given)
     else:
-        cfg = build(RunConfig, given)
+        cfg = build(RunConfig, given)  # first: a refused option needs no torch (2 s of CPU)
+        from executor.launch import start_run
+
         made = missing_folders(pathlib.Path(runs_dir))  # what the run makes for itself
         run_dir, summary = start_run(cfg, runs_dir, prepare_only)
         if summary is None:  # --prepare-only: the command for every node
@@ -571,6 +573,8 @@ def run(
             error,
         )
     plain_console().print(table)
+    from executor.task import MODEL_DIR
+
     acc = summary.final_eval_accuracy
     say(
         f"{summary.steps} steps in {summary.total_s:.1f} s; held-out accuracy "
@@ -952,22 +956,6 @@ def _check_working_directory() -> None:
         raise gone
 
 
-# The commands that load torch (a `run` that starts ranks among them; `_command_of`).
-TORCH_COMMANDS = ("run", "profile", "calibrate", "report", "export", "demo")
-
-
-def _torch_loaded(command: str) -> None:
-    """torch, loaded for `command` where it needs it, away from the working directory
-    (`startup.away_from_working_directory`): removed as libtorch loaded (about a second, more
-    under load, just after `_check_working_directory`), torch's oneMKL ended the command
-    with its own fatal line and no pipeplan line (the eightieth round). Removed meanwhile,
-    that is said now; a library's failure to import is `import_failure`'s, as ever."""
-    if command in TORCH_COMMANDS and "torch" not in sys.modules:
-        with away_from_working_directory():
-            import torch  # noqa: F401  (loaded here: its import is the work)
-        _check_working_directory()
-
-
 @contextlib.contextmanager
 def _removed_directory_said() -> Iterator[None]:
     """A failure of the command while its working directory is gone is said as that, first:
@@ -1174,13 +1162,13 @@ def main(argv: list[str] | None = None) -> int:
             check_openmp_environment()
             log.check_library_log_levels()
             log.bound_console_size()
-            if "--help" not in args:  # once what it reads as it loads is checked
-                _torch_loaded(_command_of(args))
             # One call at a time in the process, as the API's (a data function's
             # `pipeplan.run` under `pipeplan run` trained a whole inner run: the sixtieth round).
+            # torch loads where a command first needs it (a refused flag needs none), in `/`.
             with (
                 one_call(f"the command `pipeplan {next(iter(args), '')}`"),
                 _removed_directory_said(),
+                first_import_away("torch", _check_working_directory),
             ):
                 result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         code = result if isinstance(result, int) else 0

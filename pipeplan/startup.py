@@ -15,7 +15,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # Signals that stop pipeplan as Ctrl-C does, with one line (`pipeplan: stopped by SIGUSR1`)
@@ -284,3 +284,71 @@ def away_from_working_directory() -> Iterator[None]:
             os.fchdir(held)
         finally:
             os.close(held)
+
+
+class _LoaderAway:
+    """`loader`, executing its module in `/` (`away_from_working_directory`), then calling
+    `then()`; the module keeps `loader` as its own (`__loader__`, `__spec__.loader`)."""
+
+    def __init__(self, loader: Any, then: Callable[[], None]) -> None:
+        self._loader = loader
+        self._then = then
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        module.__spec__.loader = module.__loader__ = self._loader
+        with away_from_working_directory():
+            self._loader.exec_module(module)
+        self._then()
+
+    def __getattr__(self, name: str) -> Any:  # anything else a loader answers: the real one
+        return getattr(self._loader, name)
+
+
+class _FirstImportAway:
+    """A finder on `sys.meta_path` that hands the first import of `name` a `_LoaderAway`,
+    then leaves the path: what `name` imports, and any later import, is found as ever."""
+
+    def __init__(self, name: str, then: Callable[[], None]) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        for finder in sys.meta_path:  # as the import system asks them
+            find = getattr(finder, "find_spec", None)
+            spec = None if find is None else find(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _LoaderAway(spec.loader, self.then)
+                return spec
+        return None
+
+
+@contextlib.contextmanager
+def first_import_away(name: str, then: Callable[[], None]) -> Iterator[None]:
+    """Within the block, the first import of module `name`, from wherever it comes (the
+    command's own code, a library's, the user's data module), runs away from the working
+    directory (`away_from_working_directory`), and `then()` is called after it. For torch:
+    its oneMKL reads the working directory as libtorch_cpu.so loads (the eightieth round),
+    and loading torch up front, as the command started, cost every command that needed
+    none of it (a refused flag, `calibrate`, `report`) 2 s of CPU.
+
+        with first_import_away("torch", check_working_directory):
+            command.main(args)   # `import torch` anywhere inside runs in `/`
+    """
+    if name in sys.modules:
+        yield
+        return
+    finder = _FirstImportAway(name, then)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(finder)

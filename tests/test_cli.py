@@ -1707,6 +1707,67 @@ def test_a_working_directory_deleted_before_the_command_is_one_line(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_first_import_of_a_module_runs_away_from_the_working_directory(
+    tmp_path, monkeypatch
+):
+    """`startup.first_import_away`: the module's code runs in `/` (torch's oneMKL reads the
+    working directory as it loads), then the check; the module keeps its own loader, and the
+    finder leaves the import path after the block, or after that first import."""
+    from pipeplan.startup import first_import_away
+
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "where_imported.py").write_text("import os\nCWD = os.getcwd()\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    monkeypatch.chdir(tmp_path)
+    checks, finders = [], list(sys.meta_path)
+    try:
+        with first_import_away("where_imported", lambda: checks.append(os.getcwd())):
+            import where_imported
+
+            assert sys.meta_path == finders  # one import, then gone
+        assert where_imported.CWD == "/" and checks == [str(tmp_path)]
+        assert type(where_imported.__loader__).__name__ == "SourceFileLoader"
+        assert where_imported.__spec__.loader is where_imported.__loader__
+        with first_import_away("never_imported_here", lambda: None):
+            assert len(sys.meta_path) == len(finders) + 1
+        assert sys.meta_path == finders
+    finally:
+        sys.modules.pop("where_imported", None)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--lr", "11"],
+        ["run", "--bogus"],
+        ["profile", "vit-digits", "--micro-batch-sizes", "0"],
+        ["report", "no-such-run"],
+        ["calibrate", "--profile", "no-such.json", "no-such-run"],
+        ["export", "--help"],
+    ],
+    ids=["run-lr", "run-flag", "profile", "report", "calibrate", "help"],
+)
+def test_a_refused_command_loads_no_torch(tmp_path, argv):
+    """torch loads where a command first needs it: as the command started it cost every
+    refused option and every `report` or `calibrate` 2 s of CPU (most of what the hostile
+    tests spent). The command is refused as before, and torch was never imported."""
+    code = (
+        "import sys, cli\n"
+        "code = cli.main(sys.argv[1:])\n"
+        "print(code, 'torch' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(cli.__file__).parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=100,
+    )  # fmt: skip
+    expected = "0 False" if argv[-1] == "--help" else "2 False"
+    assert done.stdout.splitlines()[-1] == expected, (done.stdout[-2000:], done.stderr)
+    if expected != "0 False":
+        assert done.stderr.count("pipeplan: error:") == 1, done.stderr
+
+
 @pytest.mark.parametrize("flag", ["--epochs", "--devices-per-node", "--global-batch"])
 @pytest.mark.parametrize("digits", ["7" * 101, "-" + "9" * 5000])
 def test_an_integer_of_more_digits_than_any_limit_is_quoted_as_typed(capsys, flag, digits):
