@@ -1707,9 +1707,7 @@ def test_a_working_directory_deleted_before_the_command_is_one_line(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_first_import_of_a_module_runs_away_from_the_working_directory(
-    tmp_path, monkeypatch
-):
+def test_the_first_import_of_a_module_runs_away_from_the_working_directory(tmp_path, monkeypatch):
     """`startup.first_import_away`: the module's code runs in `/` (torch's oneMKL reads the
     working directory as it loads), then the check; the module keeps its own loader, and the
     finder leaves the import path after the block, or after that first import."""
@@ -1752,11 +1750,7 @@ def test_a_refused_command_loads_no_torch(tmp_path, argv):
     """torch loads where a command first needs it: as the command started it cost every
     refused option and every `report` or `calibrate` 2 s of CPU (most of what the hostile
     tests spent). The command is refused as before, and torch was never imported."""
-    code = (
-        "import sys, cli\n"
-        "code = cli.main(sys.argv[1:])\n"
-        "print(code, 'torch' in sys.modules)\n"
-    )
+    code = "import sys, cli\ncode = cli.main(sys.argv[1:])\nprint(code, 'torch' in sys.modules)\n"
     env = {**os.environ, "PYTHONPATH": str(Path(cli.__file__).parent)}
     done = subprocess.run(
         [sys.executable, "-c", code, *argv], cwd=tmp_path, env=env, capture_output=True,
