@@ -358,6 +358,7 @@ from pipeplan.exits import exit_done, exits_raised, processes, reaped, run_exit_
 from pipeplan.fileio import (
     RUN_MARKS,
     DirectoryTaken,
+    check_not_shipped,
     check_not_stdout,
     check_outside_runs,
     check_writable,
@@ -1133,6 +1134,7 @@ def check_runs_root(runs_root: str | Path) -> None:
     `step-N` folder the older run's pruning removed; one put there through a link to it
     went in unrefused."""
     check_not_stdout(runs_root, "--runs-dir", "directory")
+    check_not_shipped(runs_root, "--runs-dir")  # a whole run there (the ninety-third round)
     folder = enclosing_run(runs_root)
     if folder is not None:
         raise BadArgumentError(
@@ -1146,6 +1148,7 @@ def check_run_location(run_dir: Path) -> None:
     directory, as given or through a link. torchrun's entry and a resume train a folder they
     did not make: one prepared through a link into RUN/checkpoints (before that was refused),
     or moved there."""
+    check_not_shipped(run_dir)
     folder = enclosing_run(run_dir, strictly=True)
     if folder is not None:
         raise BadArgumentError(

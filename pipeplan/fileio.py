@@ -84,12 +84,13 @@ def check_writable(
     return path
 
 
-def _check_not_shipped(path: str | Path) -> None:
+def check_not_shipped(path: str | Path, flag: str = "") -> None:
     """OutputError where `path` is or lies in the shipped profiles' folder (the `profiles`
     package), at any depth, as spelled or through links. Found by the ninety-first round:
     `profile --out profiles/vit-digits@cpu-1t.json` from a checkout replaced the profile every
     later run read by default, with no word (those runs then warned, and trained other
-    weights); and the ninety-second: plots and exports went into folders inside it."""
+    weights); the ninety-second: plots and exports went into folders inside it; the
+    ninety-third: a whole run (`--runs-dir`). `flag` names the flag that gave `path`."""
     try:
         shipped = Path(str(resources.files("profiles"))).resolve()
     except (ImportError, TypeError, OSError):  # (none installed: nothing to keep)
@@ -100,8 +101,8 @@ def _check_not_shipped(path: str | Path) -> None:
         real = Path(os.path.abspath(path))
     if any(p.is_relative_to(shipped) for p in (Path(os.path.abspath(path)), real)):
         raise OutputError(
-            f"{path}: is in the folder of profiles pipeplan ships, which runs read by default; "
-            "write elsewhere"
+            f"{flag + ' ' if flag else ''}{path}: is in the folder of profiles pipeplan ships, "
+            "which runs read by default; write elsewhere"
         )
 
 
@@ -256,7 +257,7 @@ def check_outside_runs(path: str | Path) -> None:
         check_outside_runs("runs/ft/plots")                       # OutputError (17th round)
         check_outside_runs("runs/plan.json")                      # fine: runs/ is no run
     """
-    _check_not_shipped(path)  # (every output a user names comes here)
+    check_not_shipped(path)  # (every output a user names comes here)
     run = enclosing_run(path)
     if run is None:
         return

@@ -4327,6 +4327,17 @@ def test_no_command_writes_into_the_shipped_profiles(tmp_path, capsys):
         refused(argv, [shipped, tmp_path], capsys, (str(inside), said))
         argv = ["preview", "--profile", str(profile), *PREVIEW, "--plot", str(folder / "plots")]
         refused(argv, [shipped, tmp_path], capsys, (str(folder / "plots"), said))
+        # a whole run, and one moved there to resume (the ninety-third round: a run trained
+        # into profiles/NAME, checkpoints and all)
+        from executor.launch import check_run_location
+
+        for runs in (shipped, folder / "runs", folder / "sub" / ".." / "runs"):
+            for more in ([], ["--prepare-only"]):
+                argv = ["run", "--runs-dir", str(runs), "--name", folder.name, "--epochs", "1"]
+                argv += more
+                refused(argv, [shipped, tmp_path], capsys, (f"--runs-dir {runs}: ", said))
+        with pytest.raises(OutputError, match=said):
+            check_run_location(folder / "moved-run")
     finally:
         out.unlink(missing_ok=True)
         shutil.rmtree(folder, ignore_errors=True)
@@ -4341,14 +4352,18 @@ def test_a_learning_rate_past_its_bound_is_refused_before_a_rank_starts(tmp_path
     assert not (tmp_path / "runs" / "x").exists()
 
 
-@pytest.mark.parametrize("decay, lr", [("1e5", None), ("1e300", None), ("2", "0.5")])
+@pytest.mark.parametrize(
+    "decay, lr", [("1e5", None), ("1e300", None), ("2", "0.5"), ("10.000001", "0.1")]
+)
 def test_a_weight_decay_that_is_no_decay_is_refused_before_a_rank_starts(
     tmp_path, capsys, decay, lr
 ):
     """Found by the ninety-second round: `--weight-decay 1e5` passed, and the run diverged,
     blaming `--lr`, and left a run folder. AdamW scales a weight by 1 − lr · weight_decay a
-    step: at or below 0 it is no decay."""
+    step: at or below 0 it is no decay. Both are quoted as given (the ninety-third round:
+    `10.000001 with --lr 0.1` read `10 with --lr 0.1`, a product of 1, not past it)."""
     argv = ["run", "--runs-dir", str(tmp_path / "runs"), "--name", "x", "--weight-decay", decay]
     argv += ["--lr", lr] if lr else []
-    refused(argv, tmp_path, capsys, f"--weight-decay {float(decay):g} with --lr")
+    said = f"--weight-decay {float(decay)!r} with --lr {float(lr or 1e-3)!r}"
+    refused(argv, tmp_path, capsys, said)
     assert not (tmp_path / "runs" / "x").exists()
