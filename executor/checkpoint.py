@@ -503,15 +503,27 @@ def latest(run_dir: Path, purpose: str = "resume") -> Path:
         )
         raise InputFileError(f"{run_dir}: {NO_CHECKPOINT[purpose]}{restart}")
     # `step-N` and a newline: a few bytes, so a larger file is not the run's pointer.
-    text = read_input(pointer, POINTER_LIMIT, why="not a checkpoint pointer")
+    # Bytes not UTF-8 are no name either: said as the rest of what it holds, not "cannot read".
+    text = read_input(
+        pointer, POINTER_LIMIT, why="not a checkpoint pointer", errors="backslashreplace"
+    )
     # Exactly what `save` writes, `step-N` and at most one newline: blanks or more lines
     # around the name are an edit, and an edited pointer may name another folder than meant.
     name = text.removesuffix("\n")
     # The pointer names a sibling folder, nothing else: not a path out of the run directory.
     if not re.fullmatch(r"step-[0-9]{1,12}", name):
+        # What to write there, as for a deleted pointer: the ninety-third round's garbage one
+        # said what was wrong and not how to resume.
+        kept = checkpoints_written(pointer.parent)
+        restore = (
+            f"; restore it to name one of the run's checkpoints ({', '.join(p.name for p in kept)}"
+            f": pipeplan writes {kept[-1].name} and a newline)"
+            if kept
+            else ""
+        )
         raise InputFileError(
             f"{pointer}: holds {quoted(text)}, not one checkpoint name (step-N and a newline, "
-            "as pipeplan writes it)"
+            f"as pipeplan writes it){restore}"
         )
     path = run_dir / "checkpoints" / name
     if path.is_symlink():  # the resume would write its next checkpoint through it, and fail

@@ -358,6 +358,25 @@ def test_a_bad_latest_checkpoint_pointer(tmp_path, capsys, pointer):
     refused(["run", "--resume", str(run)], tmp_path, capsys, "latest")
 
 
+def test_a_garbage_latest_pointer_says_how_to_restore_it(tmp_path, capsys):
+    """Found by the ninety-third round: a garbage pointer beside usable checkpoints was refused
+    saying what was wrong, not how to resume (a deleted one says: restore it)."""
+    from test_report import elastic_records, write_run
+
+    run = write_run(tmp_path / "run", elastic_records())
+    for step in (2, 4):
+        (run / "checkpoints" / f"step-{step}").mkdir(parents=True)
+        (run / "checkpoints" / f"step-{step}" / "manifest.json").write_text("{}")
+    # (bytes not UTF-8 are shown, not "cannot read (UnicodeDecodeError …)")
+    (run / "checkpoints" / "latest").write_bytes(b"../../../etc\0\xff garbage")
+    restore = (
+        "restore it to name one of the run's checkpoints (step-2, step-4: pipeplan writes "
+        "step-4 and a newline)"
+    )
+    said = ("holds '../../../etc\\x00\\\\xff garbage', not one checkpoint name", restore)
+    refused(["run", "--resume", str(run)], tmp_path, capsys, said)
+
+
 @pytest.mark.parametrize("target", ["a file of secrets", "nothing"])
 def test_a_latest_pointer_that_is_a_link_is_refused_unread(tmp_path, capsys, target):
     """Found by the twenty-third round: a `checkpoints/latest` linked to another file was

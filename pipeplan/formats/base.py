@@ -858,17 +858,22 @@ def out_of_memory(source: str, text: str) -> str:
 
 
 def read_input(
-    path: str | Path, limit: int = MAX_FILE_BYTES, *, why: str = "not a pipeplan file"
+    path: str | Path,
+    limit: int = MAX_FILE_BYTES,
+    *,
+    why: str = "not a pipeplan file",
+    errors: str = "strict",
 ) -> str:
     """A regular file's text, at most `limit` bytes: a FIFO or device would block or never
     end, and a file that large is not one pipeplan wrote (`read_input(pointer, 4096)`).
-    `path` is best the user's own text (see `check_input_file`)."""
+    `path` is best the user's own text (see `check_input_file`). `errors` is the decoding's
+    (`"backslashreplace"`: bytes not UTF-8 shown as `\\xff` to a check that names them)."""
     try:
         with open_input(path, limit, why=why) as f:
             data = _read_at_most(f, limit)
         if len(data) > limit:
             raise InputFileError(f"{path}: larger than {_size(limit)}, {why}")
-        return data.decode("utf-8")
+        return data.decode("utf-8", errors=errors)
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such file") from None
     except NotADirectoryError:
