@@ -1838,9 +1838,18 @@ RUN = "run --nproc 2 --name x --runs-dir {DIR} --prepare-only"
 FRESH_ROUND = {
     # files: meaning, kind and identity
     "files: empty profile": (f"preview --profile {{EMPTY}} {SHAPE}", "not valid JSON"),
-    "files: profile is a directory": (f"preview --profile {{DIR}} {SHAPE}", "not a regular file"),
-    "files: profile is a FIFO": (f"preview --profile {{FIFO}} {SHAPE}", "not a regular file"),
-    "files: profile is /dev/zero": (f"preview --profile /dev/zero {SHAPE}", "not a regular file"),
+    "files: profile is a directory": (
+        f"preview --profile {{DIR}} {SHAPE}",
+        "not a regular file (a directory)",
+    ),
+    "files: profile is a FIFO": (
+        f"preview --profile {{FIFO}} {SHAPE}",
+        "not a regular file (a FIFO)",
+    ),
+    "files: profile is /dev/zero": (
+        f"preview --profile /dev/zero {SHAPE}",
+        "not a regular file (a character device)",
+    ),
     "files: cluster is a FIFO": (
         f"preview --profile {{P}} --cluster {{FIFO}} {SHAPE}",
         "not a regular file",

@@ -4343,6 +4343,27 @@ def test_no_command_writes_into_the_shipped_profiles(tmp_path, capsys):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.parametrize("name", ["d.jsonl", "d.csv", "train.jsonl,d.jsonl"])
+@pytest.mark.parametrize(
+    "make, kind",
+    [
+        (lambda p: p.mkdir(), "a directory"),
+        (os.mkfifo, "a FIFO"),
+        (lambda p: p.symlink_to("/dev/zero"), "a character device"),
+    ],
+    ids=["directory", "fifo", "device"],
+)
+def test_a_text_data_file_that_is_no_file_says_what_it_is(tmp_path, capsys, name, make, kind):
+    """Found by the ninety-third round: `--data d.jsonl` (or .csv, or as TRAIN,EVAL) that was
+    a folder, a FIFO or /dev/zero was "not a regular file" alone, where `--data DIR` and
+    `--data f.py:fn` said what it was."""
+    (tmp_path / "train.jsonl").write_text('{"text": "good", "label": 1}\n' * 8)
+    make(tmp_path / name.split(",")[-1])
+    argv = ["run", "--prepare-only", "--model", "bert-tiny", "--runs-dir", str(tmp_path / "r")]
+    argv += ["--name", "x", "--data", ",".join(str(tmp_path / n) for n in name.split(","))]
+    refused(argv, tmp_path, capsys, f"{name.split(',')[-1]}: not a regular file ({kind})")
+
+
 @pytest.mark.parametrize("lr", ["1e38", "1e300", "10.5"])
 def test_a_learning_rate_past_its_bound_is_refused_before_a_rank_starts(tmp_path, capsys, lr):
     """Found by the ninety-first round: `--lr 1e38` passed, and the ranks failed on torch's

@@ -959,7 +959,7 @@ def open_input(
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise InputFileError(f"{path}: not a regular file")
+            raise InputFileError(f"{path}: {_not_regular(info.st_mode)}")
         if info.st_size > limit:
             raise InputFileError(f"{path}: larger than {_size(limit)}, {why}")
         os.set_blocking(fd, True)
@@ -995,9 +995,17 @@ def check_input_file(
             f"{path}: cannot read ({reason(exc)})"
         ) from None
     if not stat.S_ISREG(info.st_mode):
-        raise InputFileError(f"{path}: not a regular file")
+        raise InputFileError(f"{path}: {_not_regular(info.st_mode)}")
     if info.st_size > limit:
         raise InputFileError(f"{path}: larger than {_size(limit)}, {why}")
+
+
+def _not_regular(mode: int) -> str:
+    """What an input that is no regular file is (the ninety-third round: `--data d.jsonl`, a
+    folder, a FIFO or /dev/zero, was "not a regular file" alone, where other inputs said)."""
+    from pipeplan.fileio import entry_kind
+
+    return f"not a regular file ({entry_kind(mode)})"
 
 
 def _not_a_folder(path: str | Path) -> str:
