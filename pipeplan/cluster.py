@@ -65,7 +65,7 @@ _BYTE_UNITS = {
 }
 # A unit is quoted at most this long: the value quoted beside it shows the rest.
 UNIT_SHOWN = 20
-_SI = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
+_SI = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15, "e": 1e18}
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
@@ -163,8 +163,9 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     if not unit.endswith(("/s", "ps")):  # '5GB' is a size: a typo, not 5 GB/s
         raise BadArgumentError(f"{what} {quoted(text)} is not a rate (use e.g. GB/s, Gbit/s, Gbps)")
     unit = unit.removesuffix("/s").removesuffix("ps")
-    # IEC's binary bits too (Gibit/s, as Gib/s; the fifty-first round), and peta.
-    match = re.fullmatch(r"([kKmMgGtTpP]?)(i?)(bit|b|B|byte|Byte)", unit)
+    # IEC's binary bits too (Gibit/s, as Gib/s; the fifty-first round), peta, and exa (past
+    # the bound, but a unit: the ninety-third round's 1EB/s was "unknown unit").
+    match = re.fullmatch(r"([kKmMgGtTpPeE]?)(i?)(bit|b|B|byte|Byte)", unit)
     if not match:
         # Bytes or bits said: '5/s' was 5 bytes/s, the unit forgotten, and '10G/s' read as
         # 10 GB/s where 10 Gbit/s may be meant, 8 times less (forty-ninth round).
@@ -173,7 +174,7 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
             "or bits said)"
         )
     prefix, binary, base = match.group(1).lower(), match.group(2), match.group(3) or "B"
-    scale = (2 ** (10 * "kmgtp".index(prefix) + 10) if prefix else 1) if binary else _SI[prefix]
+    scale = (2 ** (10 * "kmgtpe".index(prefix) + 10) if prefix else 1) if binary else _SI[prefix]
     bits = base in ("bit", "b")
     result = value * scale / (8 if bits else 1)
     return _within(result, MIN_BANDWIDTH, MAX_BANDWIDTH, what, text, "bytes/s")

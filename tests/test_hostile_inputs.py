@@ -4284,6 +4284,18 @@ def test_sizes_in_peta_and_exa_bytes_are_read_up_to_the_limit(tmp_path, capsys):
     assert load(Plan, tmp_path / "o.json").inputs.cluster.device_memory_bytes == 2**50
 
 
+@pytest.mark.parametrize("rate", ["1EB/s", "1EiB/s", "2Ebit/s", "1.5Eibps"])
+def test_rates_in_exa_units_are_read_and_refused_by_the_bound(tmp_path, capsys, rate):
+    """Found by the ninety-third round: `--inter-bw 1EB/s` was "unknown unit", where sizes
+    take E and a rate in P units past the bound names it."""
+    from pipeplan.cluster import parse_bandwidth
+
+    assert parse_bandwidth("0.0005EB/s") == pytest.approx(5e14)
+    assert parse_bandwidth("0.0001EiB/s") == pytest.approx(2**60 * 1e-4)
+    argv = ["preview", "--profile", str(shipped_profile("vit-digits", "cpu")), *PREVIEW]
+    refused([*argv, "--inter-bw", rate], tmp_path, capsys, f"'{rate}' is outside 1..1e+15 bytes/s")
+
+
 def test_a_profile_of_a_model_without_a_name_is_refused_as_it_is_read(tmp_path, capsys):
     """Found by the ninetieth round: a profile whose model.name was "" planned and previewed;
     only `run` refused it ("profiles '', not the model 'vit-digits'")."""
