@@ -472,7 +472,10 @@ class PlanArgs:
         # The command that measured the profile's input, with the links of a node's ranks.
         name = self.profile.model.name
         flags = FedInput.of_profile(self.profile).flags(model_labels(name))
-        command = profile_command(name, flags, self.cluster.devices_per_node)
+        # A synthetic profile (`pipeplan.synthetic`: a config without model_type) names no
+        # model `pipeplan profile` can build: the model it stands for, MODEL.
+        model = name if "model_type" in self.profile.model.config else "MODEL"
+        command = profile_command(model, flags, self.cluster.devices_per_node)
         measure = f"measure them with `{command}` on the devices, or give --intra-bw"
         return default_links_warning(self.profile_file, links, measure)
 

@@ -4296,6 +4296,29 @@ def test_rates_in_exa_units_are_read_and_refused_by_the_bound(tmp_path, capsys, 
     refused([*argv, "--inter-bw", rate], tmp_path, capsys, f"'{rate}' is outside 1..1e+15 bytes/s")
 
 
+def test_the_suggested_profile_command_can_be_pasted(tmp_path, caplog):
+    """Found by the ninety-third round: a synthetic profile's missing links were to be
+    measured with `pipeplan profile bert-large (synthetic) …`, a shell syntax error naming
+    no model pipeplan builds. A synthetic profile's model is MODEL, and a name is quoted."""
+    import shlex
+
+    from pipeplan.formats.profile import profile_command
+    from pipeplan.synthetic import preset_profile
+
+    assert profile_command("my models/bert", nproc=2) == (
+        "pipeplan profile 'my models/bert' --out P.json --nproc 2"
+    )
+    profile = tmp_path / "bl.json"
+    profile.write_text(preset_profile("bert-large").model_dump_json())
+    argv = ["plan", "--profile", str(profile), "--nodes", "2", "--devices-per-node", "8"]
+    argv += ["--device-memory", "16GiB", "--out", str(tmp_path / "p.json")]
+    with caplog.at_level(logging.WARNING, logger="pipeplan"):
+        assert cli.main(argv) == 0
+    (said,) = [r.getMessage() for r in caplog.records if "measure them with" in r.getMessage()]
+    command = said.split("measure them with `")[1].split("`")[0]
+    assert shlex.split(command)[:3] == ["pipeplan", "profile", "MODEL"], command
+
+
 def test_a_profile_of_a_model_without_a_name_is_refused_as_it_is_read(tmp_path, capsys):
     """Found by the ninetieth round: a profile whose model.name was "" planned and previewed;
     only `run` refused it ("profiles '', not the model 'vit-digits'")."""

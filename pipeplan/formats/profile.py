@@ -4,6 +4,7 @@ the corrections `pipeplan calibrate` fitted on top (docs/architecture.md §3).""
 from __future__ import annotations
 
 import itertools
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -1503,7 +1504,9 @@ def profile_command(model: str, flags: str = "", nproc: int = 1) -> str:
         # "pipeplan profile gpt2/ --seq-len 16 --task causal-lm --out P.json --nproc 2"
     """
     links = f" --nproc {nproc}" if nproc >= 2 else ""
-    return f"pipeplan profile {model}{flags} --out P.json{links}"
+    # Quoted for a shell: a folder's name may hold spaces (the ninety-third round's
+    # `pipeplan profile bert-large (synthetic) …` was a syntax error pasted).
+    return f"pipeplan profile {shlex.quote(model)}{flags} --out P.json{links}"
 
 
 # A head of other outputs than the profile's is priced as the profile's while the weights it
