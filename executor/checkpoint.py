@@ -503,10 +503,9 @@ def latest(run_dir: Path, purpose: str = "resume") -> Path:
         )
         raise InputFileError(f"{run_dir}: {NO_CHECKPOINT[purpose]}{restart}")
     # `step-N` and a newline: a few bytes, so a larger file is not the run's pointer.
-    # Bytes not UTF-8 are no name either: said as the rest of what it holds, not "cannot read".
-    text = read_input(
-        pointer, POINTER_LIMIT, why="not a checkpoint pointer", errors="backslashreplace"
-    )
+    # Bytes not UTF-8 are no name either: said as the rest of what it holds (each such byte
+    # as U+FFFD; `\xff` read as a backslash typed, the ninety-fourth round), not "cannot read".
+    text = read_input(pointer, POINTER_LIMIT, why="not a checkpoint pointer", errors="replace")
     # Exactly what `save` writes, `step-N` and at most one newline: blanks or more lines
     # around the name are an edit, and an edited pointer may name another folder than meant.
     name = text.removesuffix("\n")

@@ -909,7 +909,7 @@ class _ScheduleWork:
             # (a gap that rounds to 0.0 % is said so: the eighty-third round read "0.0 %")
             most = percent_at_most(max(gaps))
             by = (
-                f" (one with the pins given by at most {most})"
+                f"; one with the pins given, by at most {most}"
                 if pinned
                 else f", by at most {most}"
             )

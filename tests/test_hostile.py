@@ -373,7 +373,7 @@ def test_a_garbage_latest_pointer_says_how_to_restore_it(tmp_path, capsys):
         "restore it to name one of the run's checkpoints (step-2, step-4: pipeplan writes "
         "step-4 and a newline)"
     )
-    said = ("holds '../../../etc\\x00\\\\xff garbage', not one checkpoint name", restore)
+    said = ("holds '../../../etc\\x00\ufffd garbage', not one checkpoint name", restore)
     refused(["run", "--resume", str(run)], tmp_path, capsys, said)
 
 

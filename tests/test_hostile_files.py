@@ -194,7 +194,7 @@ def test_a_run_record_has_a_size_limit(tmp_path):
     from pipeplan.formats.base import MAX_RECORD_BYTES
 
     path = tmp_path / "run.jsonl"
-    said = "run.jsonl:1: a line longer than 16 MiB, the limit for a run record"
+    said = "run.jsonl:1: a line longer than 16,777,216 characters, the limit for a run record"
     # (and no length where the reader stopped: the ninety-third round's 900 MB line was "a
     # line of 67,108,868 characters")
     for length in (MAX_RECORD_BYTES + 1, 5 * MAX_RECORD_BYTES):

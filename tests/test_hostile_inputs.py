@@ -4420,6 +4420,7 @@ def test_a_weight_decay_that_is_no_decay_is_refused_before_a_rank_starts(
     `10.000001 with --lr 0.1` read `10 with --lr 0.1`, a product of 1, not past it)."""
     argv = ["run", "--runs-dir", str(tmp_path / "runs"), "--name", "x", "--weight-decay", decay]
     argv += ["--lr", lr] if lr else []
-    said = f"--weight-decay {float(decay)!r} with --lr {float(lr or 1e-3)!r}"
+    shown = {"1e5": "100000", "1e300": "1e+300", "2": "2", "10.000001": "10.000001"}[decay]
+    said = f"--weight-decay {shown} with --lr {lr or 0.001}"
     refused(argv, tmp_path, capsys, said)
     assert not (tmp_path / "runs" / "x").exists()

@@ -867,7 +867,7 @@ def read_input(
     """A regular file's text, at most `limit` bytes: a FIFO or device would block or never
     end, and a file that large is not one pipeplan wrote (`read_input(pointer, 4096)`).
     `path` is best the user's own text (see `check_input_file`). `errors` is the decoding's
-    (`"backslashreplace"`: bytes not UTF-8 shown as `\\xff` to a check that names them)."""
+    (`"replace"`: bytes not UTF-8 read as U+FFFD, for a check that quotes what it read)."""
     try:
         with open_input(path, limit, why=why) as f:
             data = _read_at_most(f, limit)

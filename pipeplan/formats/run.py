@@ -514,8 +514,9 @@ class RunConfig(Versioned):
         # more (the ninety-third round).
         if self.lr * self.weight_decay >= 1:
             raise ValueError(
-                f"--weight-decay {self.weight_decay!r} with --lr {self.lr!r}: AdamW scales each "
-                "weight by 1 - lr x weight_decay every step, which must stay above 0; lower one"
+                f"--weight-decay {_exact(self.weight_decay)} with --lr {_exact(self.lr)}: AdamW "
+                "scales each weight by 1 - lr x weight_decay every step, which must stay above 0; "
+                "lower one"
             )
         return self
 
@@ -1021,6 +1022,13 @@ def _notice_torn(path: Path, length: int, where: str) -> None:
         log.warning("%s: a torn last record (a crash mid-append); left out", where)
 
 
+def _exact(value: float) -> str:
+    """A float as few digits as give it back, no trailing `.0`: 5.0 → "5", 0.1 → "0.1"
+    (the ninety-fourth round: `--weight-decay 1` was quoted "1.0", `10.000001` as "10")."""
+    text = repr(value)
+    return text.removesuffix(".0") if "e" not in text else text
+
+
 def check_record_size(line: str, where: str) -> None:
     """A run.jsonl line is at most MAX_RECORD_BYTES (a step of MAX_RANKS ranks is 1.2 MB): a
     longer one is no record pipeplan wrote, and decoding it would take up to 33 times its
@@ -1031,7 +1039,8 @@ def check_record_size(line: str, where: str) -> None:
     # 900 MB line was "a line of 67,108,868 characters", where it stopped reading.
     if len(line) > MAX_RECORD_BYTES:
         raise InputFileError(
-            f"{where}: a line longer than {MAX_RECORD_BYTES >> 20} MiB, the limit for a run record"
+            f"{where}: a line longer than {MAX_RECORD_BYTES:,} characters, the limit for a run "
+            "record"
         )
 
 
