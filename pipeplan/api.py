@@ -43,6 +43,7 @@ from pipeplan.errors import (
     excerpt,
     import_failure,
     quoted,
+    working_directory_failure,
 )
 from pipeplan.fileio import claims_released
 from pipeplan.formats import RunConfig
@@ -50,6 +51,7 @@ from pipeplan.formats.base import MAX_TEXT, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
 from pipeplan.openmp import check_openmp_environment
 from pipeplan.options import Option, build, check_needs, model_needs, model_options
+from pipeplan.startup import first_import_away
 
 if TYPE_CHECKING:
     from pipeplan.formats import Plan, Preview, Profile, RunSummary
@@ -90,6 +92,9 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
                 claims_released(),
                 environment_restored(),
                 log.setup_restored(),
+                # torch's first import away from the working directory, as the command's:
+                # removed, its oneMKL ended the caller's process (the ninety-fourth round)
+                first_import_away("torch", _working_directory_checked),
             ):
                 if not log.configured():  # the caller has not set up logging
                     log.setup()
@@ -117,6 +122,12 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
             raise failure from None
 
     return call
+
+
+def _working_directory_checked() -> None:
+    """The caller's working directory still exists: removed, one line says so."""
+    if (gone := working_directory_failure()) is not None:
+        raise gone
 
 
 def _forget_child_reports() -> None:

@@ -1351,3 +1351,34 @@ def test_a_pipeplan_call_from_data_code_under_the_command_is_refused(tmp_path, c
     said = "another pipeplan call is running in this process (the command `pipeplan run` in"
     assert err.count("\n") == 1 and said in err, err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.timeout(120)
+def test_a_call_in_a_removed_working_directory_raises_not_aborts(tmp_path):
+    """Found by the ninety-fourth round: `pipeplan.profile(...)` called in a working directory
+    removed before it ended the caller's process through torch's oneMKL ("Intel oneMKL FATAL
+    ERROR: Cannot load libtorch_cpu.so", exit 2), its `except` never run. torch loads away
+    from it, as the command's does, and the call raises the command's error."""
+    code = (
+        "import os, sys\n"
+        "gone = sys.argv[1]\n"
+        "os.mkdir(gone); os.chdir(gone); os.rmdir(gone)\n"
+        "import pipeplan\n"
+        "try:\n"
+        "    pipeplan.profile('vit-digits', out=sys.argv[2], micro_batch_sizes='1', warmup=0,"
+        " repeats=1)\n"
+        "except pipeplan.PipeplanError as exc:\n"
+        "    print('raised:', exc)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(cli.__file__).parent)}
+    gone, out = tmp_path / "gone", tmp_path / "p.json"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(gone), str(out)], cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=100,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == (
+        f"raised: the working directory was removed ({gone}): run pipeplan from a folder that "
+        "exists"
+    ), (done.stdout, done.stderr[-2000:])
+    assert not out.exists()

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -4385,8 +4386,10 @@ def test_no_command_writes_into_the_shipped_profiles(tmp_path, capsys):
         (lambda p: p.mkdir(), "a directory"),
         (os.mkfifo, "a FIFO"),
         (lambda p: p.symlink_to("/dev/zero"), "a character device"),
+        # (the ninety-fourth round: a socket's open fails, ENXIO, "cannot read (OSError …)")
+        (lambda p: socket.socket(socket.AF_UNIX).bind(str(p)), "a socket"),
     ],
-    ids=["directory", "fifo", "device"],
+    ids=["directory", "fifo", "device", "socket"],
 )
 def test_a_text_data_file_that_is_no_file_says_what_it_is(tmp_path, capsys, name, make, kind):
     """Found by the ninety-third round: `--data d.jsonl` (or .csv, or as TRAIN,EVAL) that was

@@ -12,6 +12,8 @@ A model that is also a command's input marks how its fields are given on the com
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import hashlib
 import json
@@ -953,6 +955,11 @@ def open_input(
     except NotADirectoryError:  # a file given where a folder is: Python's name leaked
         raise InputFileError(f"{path}: {_not_a_folder(path)}") from None
     except OSError as exc:
+        # A socket cannot be opened (ENXIO): said as what it is, as a FIFO is (the
+        # ninety-fourth round: "cannot read (OSError: No such device or address)").
+        with contextlib.suppress(OSError):
+            if exc.errno == errno.ENXIO and not stat.S_ISREG(mode := os.stat(path).st_mode):
+                raise InputFileError(f"{path}: {_not_regular(mode)}") from None
         raise open_files_failure(exc, path) or InputFileError(
             f"{path}: cannot read ({reason(exc)})"
         ) from None
