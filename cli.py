@@ -47,6 +47,7 @@ from pipeplan.errors import (
     Interrupted,
     PipeplanError,
     Stopped,
+    check_working_directory,
     excerpt,
     import_failure,
     memory_failure,
@@ -952,8 +953,7 @@ def _check_working_directory() -> None:
     and ended the process (the thirty-second round), and every relative path would fail.
     Removed later, as the command runs, its failure is said as that (`_removed_directory_said`).
     """
-    if (gone := working_directory_failure()) is not None:
-        raise gone
+    check_working_directory()
 
 
 @contextlib.contextmanager

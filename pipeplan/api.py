@@ -40,10 +40,10 @@ from pipeplan.errors import (
     InputFileError,
     Interrupted,
     PipeplanError,
+    check_working_directory,
     excerpt,
     import_failure,
     quoted,
-    working_directory_failure,
 )
 from pipeplan.fileio import claims_released
 from pipeplan.formats import RunConfig
@@ -94,7 +94,7 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
                 log.setup_restored(),
                 # torch's first import away from the working directory, as the command's:
                 # removed, its oneMKL ended the caller's process (the ninety-fourth round)
-                first_import_away("torch", _working_directory_checked),
+                first_import_away("torch", check_working_directory),
             ):
                 if not log.configured():  # the caller has not set up logging
                     log.setup()
@@ -122,12 +122,6 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
             raise failure from None
 
     return call
-
-
-def _working_directory_checked() -> None:
-    """The caller's working directory still exists: removed, one line says so."""
-    if (gone := working_directory_failure()) is not None:
-        raise gone
 
 
 def _forget_child_reports() -> None:

@@ -222,6 +222,13 @@ def working_directory_failure() -> BadArgumentError | None:
 _INSTALL_FOLDERS = ("site-packages", "dist-packages")
 
 
+def check_working_directory() -> None:
+    """`working_directory_failure()` raised where there is one: the command's check and the
+    API's, after torch's first import (`startup.first_import_away`)."""
+    if (gone := working_directory_failure()) is not None:
+        raise gone
+
+
 def import_failure(exc: BaseException) -> BadArgumentError | None:
     """The one-line error an exception raised by an installed library's own code as it was
     imported is (a module's top-level code, `<module>`: where libraries read their

@@ -510,7 +510,7 @@ class RunConfig(Versioned):
     def _decay_keeps_the_weights(self) -> RunConfig:
         # AdamW scales each weight by 1 − lr · weight_decay a step: at 1 or more it is no
         # decay (the ninety-second round: --weight-decay 1e5 diverged, blaming --lr). Both as
-        # given (repr): rounded, `10.000001 with 0.1` read `10 with 0.1`, no product of 1 or
+        # given (`_exact`): rounded, `10.000001 with 0.1` read `10 with 0.1`, no product of 1 or
         # more (the ninety-third round).
         if self.lr * self.weight_decay >= 1:
             raise ValueError(
